@@ -1,0 +1,39 @@
+//! Configuration: inert serde data with documented defaults. `load()` parses a TOML file and
+//! reports every error it can find at once, each with its location; [`Config::validate`]
+//! checks the cross-field rules. `app::build` turns a valid config into running parts.
+
+mod cache;
+mod listen;
+mod load;
+mod proxy;
+mod upstream;
+mod validate;
+
+use serde::Deserialize;
+
+pub use cache::CacheConfig;
+pub use listen::ListenConfig;
+pub use load::{ConfigError, ConfigErrors, load, parse};
+pub use proxy::{LogConfig, LogFormat, ProxyConfig};
+pub use upstream::{CacheScopeDefault, OnError, SecretSource, Transport, UpstreamConfig};
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where and how the downstream HTTP endpoint listens.
+    #[serde(default)]
+    pub listen: ListenConfig,
+    /// Proxy-wide settings: identity, cursor key.
+    #[serde(default)]
+    pub proxy: ProxyConfig,
+    /// The result cache.
+    #[serde(default)]
+    pub cache: CacheConfig,
+    /// Logging.
+    #[serde(default)]
+    pub log: LogConfig,
+    /// The upstream MCP servers, in priority order (first wins on a name conflict).
+    #[serde(default, rename = "upstream")]
+    pub upstreams: Vec<UpstreamConfig>,
+}

@@ -1,0 +1,62 @@
+//! `[proxy]` and `[log]`: proxy-wide identity and logging.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::SecretSource;
+
+/// Proxy-wide settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxyConfig {
+    /// `serverInfo.name` the proxy reports. Default `resmux`.
+    pub name: String,
+    /// Instructions placed first in the proxy's `server/discover` result, before those of the
+    /// upstreams. Default none.
+    pub instructions: Option<String>,
+    /// HMAC key for list cursors (and, later, session ids), so that every replica sharing the
+    /// key accepts the others' cursors. Default: a random key per process, which is right for
+    /// a single replica.
+    pub cursor_secret: Option<SecretSource>,
+    /// `ttlMs` of the proxy's own `server/discover` result once every upstream has been
+    /// discovered (before that it is 0). Default 60 s.
+    #[serde(with = "humantime_serde")]
+    pub discover_ttl: Duration,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        Self {
+            name: "resmux".into(),
+            instructions: None,
+            cursor_secret: None,
+            discover_ttl: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Log output.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// `tracing` filter directive, e.g. `info` or `resmux=debug`. `RUST_LOG` overrides it.
+    /// Default `info`.
+    pub level: String,
+    /// `text` or `json`. Default `text`.
+    pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self { level: "info".into(), format: LogFormat::Text }
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}

@@ -1,0 +1,115 @@
+//! The spec's request validation for Streamable HTTP (reference §1.4, §1.7, §2.1): required
+//! `_meta` fields, mirrored headers against the body, supported version, known method.
+//! Shared by the proxy's endpoint and the built-in sample server.
+
+use http::HeaderMap;
+
+use crate::error::DownstreamError;
+use crate::jsonrpc::{Incoming, Kind, MessageError, RawObject, RequestId};
+use crate::mcp::{self, header_value};
+
+/// A request that passed validation, borrowed from the body.
+pub struct Checked<'a> {
+    pub id: RequestId,
+    pub method: &'a str,
+    pub params: RawObject<'a>,
+    pub meta: RawObject<'a>,
+}
+
+/// What a valid body holds.
+pub enum Body<'a> {
+    Request(Checked<'a>),
+    /// A notification: acknowledged with 202 and otherwise ignored over HTTP.
+    Notification,
+}
+
+/// A validation failure, with the request id when it could be read.
+pub struct Rejected {
+    pub id: Option<RequestId>,
+    pub error: DownstreamError,
+}
+
+fn reject(id: Option<&RequestId>, error: DownstreamError) -> Rejected {
+    Rejected { id: id.cloned(), error }
+}
+
+/// Validates one POST body against its headers.
+pub fn check<'a>(headers: &HeaderMap, msg: &'a Incoming<'a>) -> Result<Body<'a>, Rejected> {
+    let id = match msg.kind {
+        Kind::Notification => return Ok(Body::Notification),
+        Kind::Response => {
+            return Err(reject(msg.id.as_ref(), DownstreamError::InvalidRequest("clients do not send responses".into())));
+        }
+        Kind::Request => msg.id.as_ref().expect("requests have ids"),
+    };
+    let method = msg.method();
+    let missing = |what: &str| reject(Some(id), DownstreamError::MissingMeta(format!("missing required `{what}`")));
+    let params_raw = msg.params.ok_or_else(|| missing("params._meta"))?;
+    let params = RawObject::parse(params_raw)
+        .map_err(|e| reject(Some(id), DownstreamError::InvalidParams(e.to_string())))?;
+    let meta_raw = params.get_borrowed("_meta").ok_or_else(|| missing("params._meta"))?;
+    let meta = RawObject::parse(meta_raw)
+        .map_err(|_| reject(Some(id), DownstreamError::MissingMeta("`_meta` must be an object".into())))?;
+    let version = meta
+        .get_str(mcp::META_PROTOCOL_VERSION)
+        .ok_or_else(|| missing(mcp::META_PROTOCOL_VERSION))?
+        .into_owned();
+    match meta.get(mcp::META_CLIENT_CAPABILITIES) {
+        Some(caps) if caps.get().starts_with('{') => {}
+        Some(_) => {
+            return Err(reject(Some(id), DownstreamError::MissingMeta(format!("`{}` must be an object", mcp::META_CLIENT_CAPABILITIES))));
+        }
+        None => return Err(missing(mcp::META_CLIENT_CAPABILITIES)),
+    }
+
+    let mismatch = |m: String| reject(Some(id), DownstreamError::HeaderMismatch(m));
+    let header = |name: &str| -> Result<String, Rejected> {
+        let raw = headers
+            .get(name)
+            .ok_or_else(|| mismatch(format!("missing {name} header")))?;
+        header_value::decode(raw.as_bytes()).map_err(|e| mismatch(format!("{name} header: {e}")))
+    };
+    let h_version = header(mcp::H_PROTOCOL_VERSION)?;
+    if h_version != version {
+        return Err(mismatch(format!(
+            "MCP-Protocol-Version header value '{h_version}' does not match body value '{version}'"
+        )));
+    }
+    let h_method = header(mcp::H_METHOD)?;
+    if h_method != method {
+        return Err(mismatch(format!("Mcp-Method header value '{h_method}' does not match body value '{method}'")));
+    }
+    if let Some(field) = mcp::name_param(method) {
+        let h_name = header(mcp::H_NAME)?;
+        let body_name = params.get_str(field);
+        if body_name.as_deref() != Some(h_name.as_str()) {
+            return Err(mismatch(format!(
+                "Mcp-Name header value '{h_name}' does not match body value '{}'",
+                body_name.as_deref().unwrap_or("")
+            )));
+        }
+    }
+    if !mcp::SUPPORTED_MODERN.contains(&version.as_str()) {
+        return Err(reject(
+            Some(id),
+            DownstreamError::UnsupportedVersion {
+                requested: version,
+                supported: mcp::SUPPORTED_MODERN.iter().map(|s| s.to_string()).collect(),
+            },
+        ));
+    }
+    if !mcp::is_known_request(method) {
+        return Err(reject(Some(id), DownstreamError::MethodNotFound(method.to_owned())));
+    }
+    Ok(Body::Request(Checked { id: id.clone(), method, params, meta }))
+}
+
+/// Maps a codec failure to the downstream error.
+pub fn message_error(e: MessageError) -> Rejected {
+    let id = e.id().cloned();
+    let error = match e {
+        MessageError::Parse(m) => DownstreamError::Parse(m),
+        MessageError::Invalid { reason, .. } => DownstreamError::InvalidRequest(reason),
+    };
+    Rejected { id, error }
+}

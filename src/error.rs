@@ -1,0 +1,241 @@
+//! Errors of every layer, and the one mapping from an error to the JSON-RPC error object and
+//! HTTP status that the spec's table prescribes (reference §1.3, §2.1).
+
+use std::time::Duration;
+
+use http::StatusCode;
+use serde_json::json;
+
+use crate::jsonrpc::{RpcError, code};
+
+/// Which side of the proxy a failure belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The client sent something the proxy cannot serve.
+    Downstream,
+    /// An upstream server failed or misbehaved.
+    Upstream,
+    /// The proxy itself failed.
+    Internal,
+}
+
+impl Side {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Downstream => "downstream",
+            Side::Upstream => "upstream",
+            Side::Internal => "internal",
+        }
+    }
+}
+
+/// A request the proxy refuses because of what the downstream client sent.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DownstreamError {
+    #[error("Parse error: {0}")]
+    Parse(String),
+    #[error("Invalid request: {0}")]
+    InvalidRequest(String),
+    #[error("Method not found: {0}")]
+    MethodNotFound(String),
+    #[error("Invalid params: {0}")]
+    MissingMeta(String),
+    #[error("Invalid params: {0}")]
+    InvalidParams(String),
+    #[error("Resource not found")]
+    ResourceNotFound { uri: String },
+    #[error("Header mismatch: {0}")]
+    HeaderMismatch(String),
+    #[error("Unsupported protocol version")]
+    UnsupportedVersion { requested: String, supported: Vec<String> },
+    #[error("Request body exceeds {limit} bytes")]
+    BodyTooLarge { limit: usize },
+    #[error("Origin not allowed")]
+    OriginNotAllowed,
+    #[error("Host not allowed")]
+    HostNotAllowed,
+    #[error("Method not allowed; the MCP endpoint accepts POST only")]
+    HttpMethodNotAllowed,
+    #[error("Unsupported media type; send application/json")]
+    UnsupportedMediaType,
+    #[error("Limit reached: {0}")]
+    LimitReached(String),
+}
+
+/// An upstream that could not produce an answer. (An upstream that answers with a JSON-RPC
+/// error is not an `UpstreamError`: its error is relayed as an answer.)
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("upstream `{upstream}` did not answer within {after:?}")]
+    Timeout { upstream: String, after: Duration },
+    #[error("upstream `{upstream}` is unavailable: {reason}")]
+    Unavailable { upstream: String, reason: String },
+    #[error("upstream `{upstream}` connection failed mid-request: {reason}")]
+    Disconnected { upstream: String, reason: String },
+    #[error("upstream `{upstream}` broke the protocol: {reason}")]
+    Protocol { upstream: String, reason: String },
+    #[error("upstream `{upstream}` answered HTTP {status}")]
+    Status { upstream: String, status: u16 },
+    #[error("upstream `{upstream}` sent a message over {limit} bytes")]
+    TooLarge { upstream: String, limit: usize },
+}
+
+impl UpstreamError {
+    /// The upstream's name.
+    pub fn upstream(&self) -> &str {
+        match self {
+            Self::Timeout { upstream, .. }
+            | Self::Unavailable { upstream, .. }
+            | Self::Disconnected { upstream, .. }
+            | Self::Protocol { upstream, .. }
+            | Self::Status { upstream, .. }
+            | Self::TooLarge { upstream, .. } => upstream,
+        }
+    }
+
+    /// Whether the request may be retried on a fresh connection: the request may not have
+    /// reached the upstream (refused connection, process down, dropped connection).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Unavailable { .. } | Self::Disconnected { .. })
+            || matches!(self, Self::Status { status, .. } if *status >= 500)
+    }
+}
+
+/// Any failure of a downstream request.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Downstream(#[from] DownstreamError),
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// Which side failed.
+    pub fn side(&self) -> Side {
+        match self {
+            Error::Downstream(_) => Side::Downstream,
+            Error::Upstream(_) => Side::Upstream,
+            Error::Internal(_) => Side::Internal,
+        }
+    }
+
+    /// Whether the client may safely retry the same request.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Downstream(_) => false,
+            Error::Upstream(e) => e.is_retryable() || matches!(e, UpstreamError::Timeout { .. }),
+            Error::Internal(_) => true,
+        }
+    }
+
+    /// The HTTP status and JSON-RPC error object for this failure.
+    pub fn to_jsonrpc(&self) -> (StatusCode, RpcError) {
+        use DownstreamError as D;
+        let msg = self.to_string();
+        match self {
+            Error::Downstream(d) => match d {
+                D::Parse(_) => (StatusCode::BAD_REQUEST, RpcError::new(code::PARSE_ERROR, msg)),
+                D::InvalidRequest(_) => {
+                    (StatusCode::BAD_REQUEST, RpcError::new(code::INVALID_REQUEST, msg))
+                }
+                D::MethodNotFound(m) => (
+                    StatusCode::NOT_FOUND,
+                    RpcError::new(code::METHOD_NOT_FOUND, msg).with_data(json!({"method": m})),
+                ),
+                D::MissingMeta(_) | D::InvalidParams(_) => {
+                    (StatusCode::BAD_REQUEST, RpcError::new(code::INVALID_PARAMS, msg))
+                }
+                D::ResourceNotFound { uri } => (
+                    StatusCode::OK,
+                    RpcError::new(code::INVALID_PARAMS, msg).with_data(json!({"uri": uri})),
+                ),
+                D::HeaderMismatch(_) => {
+                    (StatusCode::BAD_REQUEST, RpcError::new(code::HEADER_MISMATCH, msg))
+                }
+                D::UnsupportedVersion { requested, supported } => (
+                    StatusCode::BAD_REQUEST,
+                    RpcError::new(code::UNSUPPORTED_PROTOCOL_VERSION, msg)
+                        .with_data(json!({"supported": supported, "requested": requested})),
+                ),
+                D::BodyTooLarge { .. } => {
+                    (StatusCode::PAYLOAD_TOO_LARGE, RpcError::new(code::INVALID_REQUEST, msg))
+                }
+                D::OriginNotAllowed | D::HostNotAllowed => {
+                    (StatusCode::FORBIDDEN, RpcError::new(code::INVALID_REQUEST, msg))
+                }
+                D::HttpMethodNotAllowed => {
+                    (StatusCode::METHOD_NOT_ALLOWED, RpcError::new(code::INVALID_REQUEST, msg))
+                }
+                D::UnsupportedMediaType => (
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    RpcError::new(code::INVALID_REQUEST, msg),
+                ),
+                D::LimitReached(_) => {
+                    (StatusCode::TOO_MANY_REQUESTS, RpcError::new(code::INVALID_REQUEST, msg))
+                }
+            },
+            Error::Upstream(u) => {
+                let status = match u {
+                    UpstreamError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+                    _ => StatusCode::BAD_GATEWAY,
+                };
+                let data = json!({
+                    "side": "upstream",
+                    "upstream": u.upstream(),
+                    "retryable": self.is_retryable(),
+                });
+                (status, RpcError::new(code::INTERNAL_ERROR, msg).with_data(data))
+            }
+            Error::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                RpcError::new(code::INTERNAL_ERROR, msg)
+                    .with_data(json!({"side": "internal", "retryable": true})),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_table() {
+        let cases: Vec<(Error, u16, i64)> = vec![
+            (DownstreamError::Parse("x".into()).into(), 400, -32700),
+            (DownstreamError::MethodNotFound("ping".into()).into(), 404, -32601),
+            (DownstreamError::MissingMeta("x".into()).into(), 400, -32602),
+            (DownstreamError::HeaderMismatch("x".into()).into(), 400, -32020),
+            (
+                DownstreamError::UnsupportedVersion { requested: "1".into(), supported: vec![] }
+                    .into(),
+                400,
+                -32022,
+            ),
+            (DownstreamError::BodyTooLarge { limit: 1 }.into(), 413, -32600),
+            (DownstreamError::OriginNotAllowed.into(), 403, -32600),
+            (
+                UpstreamError::Timeout { upstream: "a".into(), after: Duration::from_secs(1) }
+                    .into(),
+                504,
+                -32603,
+            ),
+        ];
+        for (err, status, code) in cases {
+            let (s, e) = err.to_jsonrpc();
+            assert_eq!((s.as_u16(), e.code), (status, code), "{err}");
+        }
+    }
+
+    #[test]
+    fn only_upstream_failures_are_retryable() {
+        let up = UpstreamError::Unavailable { upstream: "a".into(), reason: "refused".into() };
+        assert!(Error::from(up).is_retryable());
+        assert!(!Error::from(DownstreamError::Parse("x".into())).is_retryable());
+        let proto = UpstreamError::Protocol { upstream: "a".into(), reason: "x".into() };
+        assert!(!Error::from(proto).is_retryable());
+    }
+}

@@ -1,0 +1,23 @@
+//! The codec: the one place JSON-RPC messages are parsed and written.
+//!
+//! Incoming messages are decoded into a borrowed [`Incoming`] envelope; payloads stay raw
+//! (`&RawValue`) unless a caller needs to look inside them, and [`RawObject`] lets a caller
+//! rewrite a few top-level fields of an object without touching the rest. Outgoing messages
+//! are assembled from raw pieces (`id` spliced in), never re-serialized.
+
+mod encode;
+mod incoming;
+mod raw_object;
+mod rpc_error;
+
+pub use encode::{
+    encode_error, encode_notification, encode_request, encode_result, write_json_string,
+};
+pub use incoming::{Incoming, Kind, MessageError, RequestId};
+pub use raw_object::{RawObject, raw_str};
+pub use rpc_error::{RpcError, code};
+
+/// Parses any JSON text into a borrowed raw value, checking it is well-formed.
+pub fn parse_raw(text: &str) -> Result<&serde_json::value::RawValue, serde_json::Error> {
+    serde_json::from_str(text)
+}

@@ -1,0 +1,34 @@
+//! resmux: a caching, multiplexing proxy for MCP resources.
+//!
+//! ```text
+//! downstream                                                      upstream
+//!  HTTP /mcp ─► codec ─► auth ─► router ─┬─► pool ─► Streamable HTTP | stdio child process
+//!              (envelope,  (principal)   │
+//!               headers)                 └─► merge (fan-out to N upstreams, composite cursor)
+//! ```
+//!
+//! Modules, in the order a request flows through them:
+//! - [`downstream`]: the Streamable HTTP endpoint, transport checks and spec validation.
+//! - [`jsonrpc`]: the codec, the one place JSON-RPC is parsed and written.
+//! - [`mcp`]: protocol vocabulary (versions, `_meta` keys, headers, methods).
+//! - [`auth`]: the principal behind a request.
+//! - [`router`]: per-method routing, namespacing, merged lists and cursors.
+//! - [`upstream`]: one handle per upstream server, over HTTP or a supervised stdio process.
+//! - [`error`]: errors of every layer and their JSON-RPC / HTTP mapping.
+//! - [`config`]: the configuration file; [`app`] builds the running proxy from it.
+//! - [`sample`]: a built-in MCP server for the demo, tests and load tests.
+//! - [`telemetry`]: logging.
+
+#![forbid(unsafe_code)]
+
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod downstream;
+pub mod error;
+pub mod jsonrpc;
+pub mod mcp;
+pub mod router;
+pub mod sample;
+pub mod telemetry;
+pub mod upstream;

@@ -1,0 +1,147 @@
+//! The `resmux` command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use resmux::app::App;
+use resmux::config::{self, Config, UpstreamConfig};
+use resmux::sample::{Sample, SampleHttp, SampleSpec};
+
+#[derive(Parser)]
+#[command(name = "resmux", version, about = "A caching, multiplexing proxy for MCP resources")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the proxy with a configuration file.
+    Serve {
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Check a configuration file and report every error at once.
+    Check {
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Run the proxy in front of two built-in sample upstreams (HTTP and stdio).
+    Demo {
+        /// Where the proxy listens.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        addr: SocketAddr,
+    },
+    /// Run a built-in sample MCP server on stdio (or HTTP with --http).
+    #[command(hide = true)]
+    SampleUpstream {
+        #[arg(long, value_enum, default_value = "notes")]
+        profile: ProfileArg,
+        /// Serve Streamable HTTP on this address instead of stdio.
+        #[arg(long)]
+        http: Option<SocketAddr>,
+        /// Offer the `crash` tool (ends the process).
+        #[arg(long)]
+        crashable: bool,
+        /// Generated resources (profile `generated`).
+        #[arg(long, default_value_t = 25)]
+        count: usize,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ProfileArg {
+    Docs,
+    Notes,
+    Generated,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve { config } => {
+            let config = config::load(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
+            resmux::telemetry::init(&config.log);
+            let app = App::start(config).await?;
+            shutdown_signal().await;
+            app.shutdown().await;
+        }
+        Command::Check { config } => match config::load(&config) {
+            Ok(c) => println!("{}: ok ({} upstreams)", config.display(), c.upstreams.len()),
+            Err(e) => {
+                eprint!("{e}");
+                std::process::exit(1);
+            }
+        },
+        Command::Demo { addr } => demo(addr).await?,
+        Command::SampleUpstream { profile, http, crashable, count } => {
+            resmux::telemetry::init(&Default::default());
+            let mut spec = match profile {
+                ProfileArg::Docs => SampleSpec::docs(),
+                ProfileArg::Notes => SampleSpec::notes(),
+                ProfileArg::Generated => SampleSpec::generated("gen", count),
+            };
+            spec.crashable = crashable;
+            match http {
+                Some(addr) => {
+                    let server = SampleHttp::start(Sample::new(spec), addr).await?;
+                    eprintln!("sample upstream on {}", server.url());
+                    shutdown_signal().await;
+                }
+                None => resmux::sample::serve_stdio(Sample::new(spec)).await?,
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn demo(addr: SocketAddr) -> Result<()> {
+    let mut config = Config::default();
+    resmux::telemetry::init(&config.log);
+    let docs = SampleHttp::start(Sample::new(SampleSpec::docs()), "127.0.0.1:0".parse()?).await?;
+    let exe = std::env::current_exe().context("locating the resmux binary")?;
+    let notes = vec![exe.display().to_string(), "sample-upstream".into(), "--profile".into(), "notes".into()];
+    config.listen.addr = addr;
+    config.upstreams = vec![UpstreamConfig::http("docs", &docs.url()), UpstreamConfig::stdio("notes", notes)];
+    let app = App::start(config).await?;
+    print_demo(app.local_addr());
+    shutdown_signal().await;
+    app.shutdown().await;
+    docs.stop();
+    Ok(())
+}
+
+fn print_demo(addr: SocketAddr) {
+    let url = format!("http://{addr}/mcp");
+    let call = |method: &str, name: Option<&str>, params: &str| {
+        let name_header = name.map(|n| format!(" -H 'Mcp-Name: {n}'")).unwrap_or_default();
+        format!(
+            "curl -si {url} -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \\\n  -H 'MCP-Protocol-Version: 2026-07-28' -H 'Mcp-Method: {method}'{name_header} \\\n  -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"{method}\",\"params\":{{{params}\"_meta\":{{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{{}}}}}}}}'"
+        )
+    };
+    println!("\nresmux demo: proxy on {url}, in front of `docs` (HTTP) and `notes` (stdio).\n");
+    println!("# What the proxy serves\n{}\n", call("server/discover", None, ""));
+    println!("# Every resource of both upstreams, first page (follow nextCursor for more)\n{}\n", call("resources/list", None, ""));
+    println!("# Read a document (run twice: the second answer says resmux-cache)\n{}\n", call("resources/read", Some("docs+docs://getting-started"), "\"uri\":\"docs+docs://getting-started\","));
+    println!("# The resource that changes every 5 s\n{}\n", call("resources/read", Some("docs+docs://status"), "\"uri\":\"docs+docs://status\","));
+    println!("# Call a tool of the stdio upstream\n{}\n", call("tools/call", Some("notes__echo"), "\"name\":\"notes__echo\",\"arguments\":{\"text\":\"hello\"},"));
+    println!("Press Ctrl-C to stop.");
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

@@ -1,0 +1,76 @@
+//! Protocol vocabulary of MCP 2026-07-28: versions, `_meta` keys, method names, header names,
+//! and the header-value encoding (`=?base64?…?=`). Nothing here does I/O.
+
+pub mod header_value;
+
+/// The modern revision this proxy speaks on both sides.
+pub const MODERN_VERSION: &str = "2026-07-28";
+
+/// Versions the proxy accepts on a modern-shaped request.
+pub const SUPPORTED_MODERN: &[&str] = &[MODERN_VERSION];
+
+/// `_meta` key carrying the request's protocol version.
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// `_meta` key carrying the request's client capabilities.
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// `_meta` key carrying the client's self-description.
+pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+/// `_meta` key carrying a result's server self-description.
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+/// `_meta` key that tags every notification on a listen stream.
+pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// HTTP header mirroring `_meta` protocol version.
+pub const H_PROTOCOL_VERSION: &str = "mcp-protocol-version";
+/// HTTP header mirroring the JSON-RPC method.
+pub const H_METHOD: &str = "mcp-method";
+/// HTTP header mirroring `params.name` / `params.uri`.
+pub const H_NAME: &str = "mcp-name";
+/// Prefix of the headers mirroring annotated tool arguments.
+pub const H_PARAM_PREFIX: &str = "mcp-param-";
+
+/// Every method a modern client may send, with what the proxy does with it.
+pub mod method {
+    pub const DISCOVER: &str = "server/discover";
+    pub const RESOURCES_LIST: &str = "resources/list";
+    pub const RESOURCES_TEMPLATES_LIST: &str = "resources/templates/list";
+    pub const RESOURCES_READ: &str = "resources/read";
+    pub const TOOLS_LIST: &str = "tools/list";
+    pub const TOOLS_CALL: &str = "tools/call";
+    pub const PROMPTS_LIST: &str = "prompts/list";
+    pub const PROMPTS_GET: &str = "prompts/get";
+    pub const COMPLETE: &str = "completion/complete";
+    pub const LISTEN: &str = "subscriptions/listen";
+    pub const CANCELLED: &str = "notifications/cancelled";
+    pub const RESOURCES_UPDATED: &str = "notifications/resources/updated";
+    pub const RESOURCES_LIST_CHANGED: &str = "notifications/resources/list_changed";
+    pub const TOOLS_LIST_CHANGED: &str = "notifications/tools/list_changed";
+    pub const PROMPTS_LIST_CHANGED: &str = "notifications/prompts/list_changed";
+    pub const ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
+}
+
+/// Which request parameter the `Mcp-Name` header mirrors for `method`, if any.
+pub fn name_param(method: &str) -> Option<&'static str> {
+    match method {
+        method::TOOLS_CALL | method::PROMPTS_GET => Some("name"),
+        method::RESOURCES_READ => Some("uri"),
+        _ => None,
+    }
+}
+
+/// Methods that modern clients may send and the proxy serves.
+pub fn is_known_request(method: &str) -> bool {
+    matches!(
+        method,
+        method::DISCOVER
+            | method::RESOURCES_LIST
+            | method::RESOURCES_TEMPLATES_LIST
+            | method::RESOURCES_READ
+            | method::TOOLS_LIST
+            | method::TOOLS_CALL
+            | method::PROMPTS_LIST
+            | method::PROMPTS_GET
+            | method::COMPLETE
+            | method::LISTEN
+    )
+}

@@ -1,0 +1,83 @@
+//! The router: decides per method whether the proxy answers itself (`server/discover`), one
+//! upstream answers (`resources/read`, `tools/call`, …), or every upstream does (`*/list`,
+//! merged with a composite cursor).
+
+mod call;
+pub mod cursor;
+mod discover;
+mod forward;
+mod hints;
+mod merge;
+pub mod namespace;
+pub mod rewrite;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+pub use call::{Answer, CacheStatus, Call};
+pub use hints::Hints;
+pub use merge::ListKind;
+
+use crate::config::ProxyConfig;
+use crate::error::{DownstreamError, Error};
+use crate::mcp::method as m;
+use crate::upstream::Upstream;
+use cursor::CursorCodec;
+use namespace::{Namespace, NamespaceTable};
+
+/// Cheap handle over the routing state.
+#[derive(Clone)]
+pub struct Router(Arc<Inner>);
+
+struct Inner {
+    /// Upstreams in config order (the order of merged lists and of conflict resolution).
+    upstreams: Vec<Upstream>,
+    ns: NamespaceTable,
+    cursors: CursorCodec,
+    proxy: ProxyConfig,
+    /// `{"name":…,"version":…}` of the proxy, for result `_meta`.
+    server_info: String,
+    started: Instant,
+}
+
+impl Router {
+    pub fn new(upstreams: Vec<Upstream>, proxy: ProxyConfig, cursors: CursorCodec) -> Self {
+        let names: Vec<(String, bool)> =
+            upstreams.iter().map(|u| (u.name().to_owned(), u.config().prefix)).collect();
+        let server_info = serde_json::json!({"name": proxy.name, "version": env!("CARGO_PKG_VERSION")})
+            .to_string();
+        Self(Arc::new(Inner {
+            ns: Namespace::new(&names),
+            upstreams,
+            cursors,
+            proxy,
+            server_info,
+            started: Instant::now(),
+        }))
+    }
+
+    /// The upstreams, in config order.
+    pub fn upstreams(&self) -> &[Upstream] {
+        &self.0.upstreams
+    }
+
+    /// The namespace table.
+    pub fn namespace(&self) -> &NamespaceTable {
+        &self.0.ns
+    }
+
+    /// Serves one downstream request.
+    pub async fn handle(&self, call: &Call<'_>) -> Result<Answer, Error> {
+        match call.method {
+            m::DISCOVER => Ok(self.discover().await),
+            m::RESOURCES_LIST => self.list(call, &merge::RESOURCES).await,
+            m::RESOURCES_TEMPLATES_LIST => self.list(call, &merge::TEMPLATES).await,
+            m::TOOLS_LIST => self.list(call, &merge::TOOLS).await,
+            m::PROMPTS_LIST => self.list(call, &merge::PROMPTS).await,
+            m::RESOURCES_READ => self.read(call).await,
+            m::TOOLS_CALL | m::PROMPTS_GET => self.call_named(call).await,
+            m::COMPLETE => self.complete(call).await,
+            other => Err(DownstreamError::MethodNotFound(other.to_owned()).into()),
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! One routed request and its answer.
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+
+use crate::auth::Principal;
+use crate::jsonrpc::{RawObject, RpcError};
+use crate::mcp;
+use crate::upstream::Upstream;
+
+/// A validated downstream request, borrowed from its body.
+pub struct Call<'a> {
+    pub method: &'a str,
+    /// Top-level `params`, `_meta` included.
+    pub params: RawObject<'a>,
+    /// `params._meta`.
+    pub meta: RawObject<'a>,
+    pub principal: &'a Principal,
+}
+
+impl<'a> Call<'a> {
+    /// The `params` to send `upstream`: the downstream's, with `_meta` adjusted for the
+    /// upstream (its protocol version; no `progressToken`, since progress is not relayed) and
+    /// `edit` applied.
+    pub fn upstream_params(&self, upstream: &Upstream, edit: impl FnOnce(&mut RawObject<'a>)) -> Vec<u8> {
+        let mut meta = self.meta.clone();
+        meta.set_string(mcp::META_PROTOCOL_VERSION, upstream.protocol_version());
+        meta.remove("progressToken");
+        let mut params = self.params.clone();
+        params.set("_meta", Cow::Owned(meta.to_raw()));
+        edit(&mut params);
+        params.to_vec()
+    }
+}
+
+/// How the cache took part in an answer (the `resmux-cache` response header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheStatus {
+    Hit,
+    Miss,
+    Stale,
+    Bypass,
+}
+
+impl CacheStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheStatus::Hit => "hit",
+            CacheStatus::Miss => "miss",
+            CacheStatus::Stale => "stale",
+            CacheStatus::Bypass => "bypass",
+        }
+    }
+}
+
+/// What the proxy answers: a result (raw JSON) or a JSON-RPC error relayed from an upstream.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub outcome: Result<Bytes, RpcError>,
+    pub cache: CacheStatus,
+    /// Seconds since the answer was fetched from upstream, for cached answers.
+    pub age: Option<u64>,
+}
+
+impl Answer {
+    /// A freshly computed result.
+    pub fn result(body: Bytes) -> Self {
+        Self { outcome: Ok(body), cache: CacheStatus::Bypass, age: None }
+    }
+
+    /// A relayed upstream error.
+    pub fn error(err: RpcError) -> Self {
+        Self { outcome: Err(err), cache: CacheStatus::Bypass, age: None }
+    }
+}

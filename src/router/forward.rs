@@ -1,0 +1,139 @@
+//! Requests answered by one upstream: `resources/read`, `tools/call`, `prompts/get` and
+//! `completion/complete`, routed by namespace and rewritten both ways.
+
+use bytes::Bytes;
+
+use super::namespace::Route;
+use super::rewrite;
+use super::{Answer, Call, Router};
+use crate::error::{DownstreamError, Error};
+use crate::jsonrpc::{RawObject, RpcError, code};
+use crate::mcp::method as m;
+use crate::upstream::Reply;
+
+/// Which request field names the target, and how it is namespaced.
+#[derive(Clone, Copy)]
+enum Target {
+    Uri,
+    Name,
+}
+
+impl Router {
+    pub(super) async fn read(&self, call: &Call<'_>) -> Result<Answer, Error> {
+        let uri = required_str(&call.params, "uri")?;
+        let Some(route) = self.0.ns.route_uri(&uri) else {
+            return Err(DownstreamError::ResourceNotFound { uri: uri.into_owned() }.into());
+        };
+        let (index, reply) = self
+            .forward(call, route, Target::Uri, |p, v| p.set_string("uri", v))
+            .await?;
+        match reply {
+            Reply::Result(body) => Ok(Answer::result(self.rewrite(rewrite::read_result(&body, &self.0.ns, index), index)?)),
+            Reply::Error(e) if is_not_found(&e) => {
+                Err(DownstreamError::ResourceNotFound { uri: uri.into_owned() }.into())
+            }
+            Reply::Error(e) => Ok(Answer::error(rewrite::error(e, &self.0.ns, index))),
+        }
+    }
+
+    pub(super) async fn call_named(&self, call: &Call<'_>) -> Result<Answer, Error> {
+        let name = required_str(&call.params, "name")?;
+        let Some(route) = self.0.ns.route_name(&name) else {
+            let what = if call.method == m::TOOLS_CALL { "tool" } else { "prompt" };
+            return Err(DownstreamError::InvalidParams(format!("unknown {what} `{name}`")).into());
+        };
+        let (index, reply) = self
+            .forward(call, route, Target::Name, |p, v| p.set_string("name", v))
+            .await?;
+        match reply {
+            Reply::Result(body) => Ok(Answer::result(self.rewrite(rewrite::content_result(&body, &self.0.ns, index), index)?)),
+            Reply::Error(e) => Ok(Answer::error(rewrite::error(e, &self.0.ns, index))),
+        }
+    }
+
+    pub(super) async fn complete(&self, call: &Call<'_>) -> Result<Answer, Error> {
+        let bad = |why: &str| Error::from(DownstreamError::InvalidParams(why.to_owned()));
+        let reference = call.params.get("ref").ok_or_else(|| bad("missing `ref`"))?;
+        let reference = RawObject::parse(reference).map_err(|_| bad("`ref` must be an object"))?;
+        let (target, key) = match reference.get_str("type").as_deref() {
+            Some("ref/prompt") => (Target::Name, "name"),
+            Some("ref/resource") => (Target::Uri, "uri"),
+            _ => return Err(bad("`ref.type` must be ref/prompt or ref/resource")),
+        };
+        let value = reference.get_str(key).ok_or_else(|| bad("`ref` lacks its name or uri"))?;
+        let route = match target {
+            Target::Uri => self.0.ns.route_uri(&value),
+            Target::Name => self.0.ns.route_name(&value),
+        };
+        let Some(route) = route else {
+            return Err(bad(&format!("no upstream serves `{value}`")));
+        };
+        let (index, reply) = self
+            .forward(call, route, target, |p, v| {
+                let mut r = reference.clone();
+                r.set_string(key, v);
+                p.set("ref", std::borrow::Cow::Owned(r.to_raw()));
+            })
+            .await?;
+        match reply {
+            Reply::Result(body) => Ok(Answer::result(body)),
+            Reply::Error(e) => Ok(Answer::error(rewrite::error(e, &self.0.ns, index))),
+        }
+    }
+
+    /// Sends the request to the routed upstream. An unprefixed value goes to the unprefixed
+    /// upstreams in config order until one does not answer "not found" (first wins).
+    async fn forward(
+        &self,
+        call: &Call<'_>,
+        route: Route<'_>,
+        target: Target,
+        set: impl Fn(&mut RawObject<'_>, &str),
+    ) -> Result<(usize, Reply), Error> {
+        let (candidates, value): (&[usize], &str) = match &route {
+            Route::Prefixed(i, v) => (std::slice::from_ref(i), v),
+            Route::Unprefixed(list, v) => (list, v),
+        };
+        let mut last = None;
+        for (n, &index) in candidates.iter().enumerate() {
+            let upstream = &self.0.upstreams[index];
+            let params = call.upstream_params(upstream, |p| set(p, value));
+            let mcp_name = match (target, call.method) {
+                (_, m::COMPLETE) => None,
+                _ => Some(value),
+            };
+            let reply = upstream.request(call.method, &params, mcp_name).await?;
+            let more = n + 1 < candidates.len();
+            match &reply {
+                Reply::Error(e) if more && is_not_found(e) => {
+                    last = Some((index, reply));
+                }
+                _ => return Ok((index, reply)),
+            }
+        }
+        last.ok_or_else(|| Error::Internal("no upstream candidates".into()))
+    }
+
+    fn rewrite(&self, r: Result<Bytes, String>, index: usize) -> Result<Bytes, Error> {
+        r.map_err(|reason| {
+            crate::error::UpstreamError::Protocol {
+                upstream: self.0.upstreams[index].name().to_owned(),
+                reason,
+            }
+            .into()
+        })
+    }
+}
+
+/// A required string parameter.
+fn required_str<'o>(params: &'o RawObject<'_>, key: &str) -> Result<std::borrow::Cow<'o, str>, Error> {
+    params
+        .get_str(key)
+        .ok_or_else(|| DownstreamError::InvalidParams(format!("missing or non-string `{key}`")).into())
+}
+
+/// Whether an upstream error means "not found": -32602 (2026-07-28; for a read, whose only
+/// parameter is the URI, that is what it means), or the legacy -32002.
+fn is_not_found(e: &RpcError) -> bool {
+    e.code == code::LEGACY_RESOURCE_NOT_FOUND || e.code == code::INVALID_PARAMS
+}

@@ -1,0 +1,173 @@
+//! Rewriting upstream results into the proxy's namespace (DESIGN §2: complete or it is a bug).
+//! Hot paths (reads, list items) rewrite raw JSON field by field; the rare tool and prompt
+//! results are walked as values.
+
+use bytes::Bytes;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::namespace::NamespaceTable;
+use crate::jsonrpc::{RawObject, RpcError};
+
+/// Which field of a list item carries its identity, and how it is namespaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    Uri(&'static str),
+    Name(&'static str),
+}
+
+fn out_of(field: Field, ns: &NamespaceTable, index: usize, value: &str) -> String {
+    match field {
+        Field::Uri(_) => ns.uri_out(index, value).into_owned(),
+        Field::Name(_) => ns.name_out(index, value).into_owned(),
+    }
+}
+
+fn key_of(field: Field) -> &'static str {
+    match field {
+        Field::Uri(k) | Field::Name(k) => k,
+    }
+}
+
+/// Appends the items of an upstream list array to `out` (comma-separated, no brackets),
+/// namespacing each item's identity field. Returns how many items were appended.
+pub fn list_items(
+    array: &RawValue,
+    field: Field,
+    ns: &NamespaceTable,
+    index: usize,
+    out: &mut Vec<u8>,
+) -> Result<usize, String> {
+    let items: Vec<&RawValue> = serde_json::from_str(array.get()).map_err(|e| e.to_string())?;
+    let key = key_of(field);
+    for item in &items {
+        if !out.is_empty() {
+            out.push(b',');
+        }
+        if ns.prefix(index).is_none() {
+            out.extend_from_slice(item.get().as_bytes());
+            continue;
+        }
+        let mut obj = RawObject::parse(item).map_err(|e| e.to_string())?;
+        let value = obj.get_str(key).ok_or_else(|| format!("list item without `{key}`"))?;
+        let renamed = out_of(field, ns, index, &value);
+        obj.set_string(key, &renamed);
+        obj.write_to(out);
+    }
+    Ok(items.len())
+}
+
+/// Namespaces `contents[].uri` of a `resources/read` result.
+pub fn read_result(result: &Bytes, ns: &NamespaceTable, index: usize) -> Result<Bytes, String> {
+    if ns.prefix(index).is_none() {
+        return Ok(result.clone());
+    }
+    let text = std::str::from_utf8(result).map_err(|e| e.to_string())?;
+    let mut obj = RawObject::parse_str(text).map_err(|e| e.to_string())?;
+    let Some(contents) = obj.get("contents") else {
+        return Ok(result.clone()); // input_required and other shapes carry no contents
+    };
+    let mut items = Vec::with_capacity(contents.get().len() + 64);
+    list_items(contents, Field::Uri("uri"), ns, index, &mut items)?;
+    let mut array = Vec::with_capacity(items.len() + 2);
+    array.push(b'[');
+    array.extend_from_slice(&items);
+    array.push(b']');
+    let array = crate::jsonrpc::parse_raw(std::str::from_utf8(&array).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?
+        .to_owned();
+    obj.set("contents", std::borrow::Cow::Owned(array));
+    Ok(Bytes::from(obj.to_vec()))
+}
+
+/// Namespaces resource URIs inside content blocks of a `tools/call` or `prompts/get` result:
+/// `resource_link.uri` and embedded `resource.uri`.
+pub fn content_result(result: &Bytes, ns: &NamespaceTable, index: usize) -> Result<Bytes, String> {
+    if ns.prefix(index).is_none() {
+        return Ok(result.clone());
+    }
+    let mut v: Value = serde_json::from_slice(result).map_err(|e| e.to_string())?;
+    let mut changed = false;
+    let mut fix = |block: &mut Value| changed |= rewrite_block(block, ns, index);
+    if let Some(Value::Array(blocks)) = v.get_mut("content") {
+        blocks.iter_mut().for_each(&mut fix);
+    }
+    if let Some(Value::Array(messages)) = v.get_mut("messages") {
+        for m in messages {
+            match m.get_mut("content") {
+                Some(Value::Array(blocks)) => blocks.iter_mut().for_each(&mut fix),
+                Some(block) => fix(block),
+                None => {}
+            }
+        }
+    }
+    if !changed {
+        return Ok(result.clone());
+    }
+    serde_json::to_vec(&v).map(Bytes::from).map_err(|e| e.to_string())
+}
+
+fn rewrite_block(block: &mut Value, ns: &NamespaceTable, index: usize) -> bool {
+    let target = match block.get("type").and_then(Value::as_str) {
+        Some("resource_link") => Some(block),
+        Some("resource") => block.get_mut("resource"),
+        _ => None,
+    };
+    let Some(obj) = target.and_then(Value::as_object_mut) else { return false };
+    let Some(Value::String(uri)) = obj.get_mut("uri") else { return false };
+    *uri = ns.uri_out(index, uri).into_owned();
+    true
+}
+
+/// Namespaces `data.uri` of a relayed error.
+pub fn error(mut err: RpcError, ns: &NamespaceTable, index: usize) -> RpcError {
+    if let Some(Value::String(uri)) = err.data.as_mut().and_then(|d| d.get_mut("uri")) {
+        *uri = ns.uri_out(index, uri).into_owned();
+    }
+    err
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::router::namespace::Namespace;
+
+    fn ns() -> NamespaceTable {
+        Namespace::new(&[("docs".into(), true), ("fs".into(), true)])
+    }
+
+    #[test]
+    fn read_contents_are_prefixed_and_payload_untouched() {
+        let r = Bytes::from_static(br#"{"resultType":"complete","contents":[{"uri":"file:///a","text":"\u00e9"},{"uri":"file:///b","blob":"AA=="}],"ttlMs":5}"#);
+        let out = read_result(&r, &ns(), 1).unwrap();
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"resultType":"complete","contents":[{"uri":"fs+file:///a","text":"\u00e9"},{"uri":"fs+file:///b","blob":"AA=="}],"ttlMs":5}"#
+        );
+    }
+
+    #[test]
+    fn list_items_by_field() {
+        let raw = crate::jsonrpc::parse_raw(r#"[{"name":"echo","x":1},{"name":"add"}]"#).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(list_items(raw, Field::Name("name"), &ns(), 0, &mut out).unwrap(), 2);
+        assert_eq!(std::str::from_utf8(&out).unwrap(), r#"{"name":"docs__echo","x":1},{"name":"docs__add"}"#);
+    }
+
+    #[test]
+    fn content_blocks_and_prompt_messages() {
+        let r = Bytes::from_static(br#"{"content":[{"type":"text","text":"hi"},{"type":"resource_link","uri":"file:///a","name":"a"},{"type":"resource","resource":{"uri":"file:///b","text":"b"}}]}"#);
+        let v: Value = serde_json::from_slice(&content_result(&r, &ns(), 0).unwrap()).unwrap();
+        assert_eq!(v["content"][1]["uri"], "docs+file:///a");
+        assert_eq!(v["content"][2]["resource"]["uri"], "docs+file:///b");
+        let p = Bytes::from_static(br#"{"messages":[{"role":"user","content":{"type":"resource_link","uri":"x:y","name":"y"}}]}"#);
+        let v: Value = serde_json::from_slice(&content_result(&p, &ns(), 1).unwrap()).unwrap();
+        assert_eq!(v["messages"][0]["content"]["uri"], "fs+x:y");
+    }
+
+    #[test]
+    fn error_data_uri() {
+        let e = RpcError::new(-32602, "nf").with_data(serde_json::json!({"uri": "file:///x"}));
+        assert_eq!(error(e, &ns(), 0).data.unwrap()["uri"], "docs+file:///x");
+    }
+}

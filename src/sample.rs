@@ -1,0 +1,15 @@
+//! A built-in MCP 2026-07-28 server with realistic content, used by `resmux demo`, by the
+//! scenario tests and by the load generator as an upstream. It serves Streamable HTTP (with
+//! the spec's header validation) and stdio, paginates its lists, sets `ttlMs`/`cacheScope`,
+//! answers `subscriptions/listen`, changes one resource periodically, and counts the requests
+//! it receives per method so tests can assert on upstream traffic.
+
+mod content;
+mod handler;
+mod http;
+mod stdio;
+
+pub use content::{Profile, SampleSpec};
+pub use handler::Sample;
+pub use http::SampleHttp;
+pub use stdio::serve_stdio;

@@ -1,0 +1,384 @@
+//! The sample server's method handlers, independent of transport.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use super::content::{Doc, SampleSpec};
+use crate::jsonrpc::{RawObject, RpcError, code};
+use crate::mcp::{self, method as m};
+
+/// A sample server's state. Cheap to clone.
+#[derive(Clone)]
+pub struct Sample(Arc<Inner>);
+
+struct Inner {
+    spec: SampleSpec,
+    docs: Vec<Doc>,
+    by_uri: HashMap<String, usize>,
+    status_uri: String,
+    /// Version of the changing `status` resource.
+    status: AtomicU64,
+    /// Requests received, per method.
+    counts: Mutex<HashMap<String, u64>>,
+    /// URIs that changed, for listen streams. Bounded: a listener that lags loses the oldest
+    /// (tests and the demo never come near 1,024 pending changes).
+    updates: broadcast::Sender<String>,
+    /// Listen streams open now, and opened in total.
+    listens_open: AtomicU64,
+    listens_total: AtomicU64,
+}
+
+/// A handler's answer.
+pub enum Handled {
+    Result(Value),
+    Error(RpcError),
+    /// Start a listen stream: send `ack`, then updates for `uris`.
+    Listen(Listen),
+}
+
+/// An accepted `subscriptions/listen`.
+pub struct Listen {
+    /// The `notifications` object of the acknowledgment.
+    pub ack: Value,
+    pub uris: Vec<String>,
+    pub resources_list_changed: bool,
+}
+
+impl Sample {
+    pub fn new(spec: SampleSpec) -> Self {
+        let docs = spec.docs_list();
+        let by_uri = docs.iter().enumerate().map(|(i, d)| (spec.uri(&d.path), i)).collect();
+        let status_uri = spec.uri("status");
+        Self(Arc::new(Inner {
+            docs,
+            by_uri,
+            status_uri,
+            spec,
+            status: AtomicU64::new(1),
+            counts: Mutex::new(HashMap::new()),
+            updates: broadcast::channel(1024).0,
+            listens_open: AtomicU64::new(0),
+            listens_total: AtomicU64::new(0),
+        }))
+    }
+
+    /// The spec it was built from.
+    pub fn spec(&self) -> &SampleSpec {
+        &self.0.spec
+    }
+
+    /// Requests received for `method`.
+    pub fn count(&self, method: &str) -> u64 {
+        self.0.counts.lock().expect("counts").get(method).copied().unwrap_or(0)
+    }
+
+    /// Requests received, all methods.
+    pub fn total(&self) -> u64 {
+        self.0.counts.lock().expect("counts").values().sum()
+    }
+
+    /// Listen streams open now.
+    pub fn listens_open(&self) -> u64 {
+        self.0.listens_open.load(Ordering::Relaxed)
+    }
+
+    /// Listen streams opened since start.
+    pub fn listens_total(&self) -> u64 {
+        self.0.listens_total.load(Ordering::Relaxed)
+    }
+
+    /// The URI of the resource that changes.
+    pub fn status_uri(&self) -> &str {
+        &self.0.status_uri
+    }
+
+    /// Changes the `status` resource now and notifies listeners.
+    pub fn bump(&self) {
+        self.0.status.fetch_add(1, Ordering::Relaxed);
+        let _ = self.0.updates.send(self.0.status_uri.clone());
+    }
+
+    /// Receives the URIs that change.
+    pub fn subscribe_updates(&self) -> broadcast::Receiver<String> {
+        self.0.updates.subscribe()
+    }
+
+    pub(super) fn listen_opened(&self) -> ListenGuard {
+        self.0.listens_open.fetch_add(1, Ordering::Relaxed);
+        self.0.listens_total.fetch_add(1, Ordering::Relaxed);
+        ListenGuard(self.clone())
+    }
+
+    /// Changes `status` periodically when the spec asks for it, until `cancel`.
+    pub fn start_ticking(&self, cancel: CancellationToken) {
+        let Some(period) = self.0.spec.tick else { return };
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tick.tick() => me.bump(),
+                }
+            }
+        });
+    }
+
+    /// Serves one request.
+    pub async fn handle(&self, method: &str, params: &RawObject<'_>) -> Handled {
+        *self.0.counts.lock().expect("counts").entry(method.to_owned()).or_default() += 1;
+        if !self.0.spec.delay.is_zero() {
+            tokio::time::sleep(self.0.spec.delay).await;
+        }
+        match method {
+            m::DISCOVER => Handled::Result(self.discover()),
+            m::RESOURCES_LIST => self.page(params, "resources", self.resources()),
+            m::RESOURCES_TEMPLATES_LIST => self.page(params, "resourceTemplates", self.templates()),
+            m::RESOURCES_READ => self.read(params),
+            m::TOOLS_LIST => self.page(params, "tools", self.tools()),
+            m::TOOLS_CALL => self.call(params),
+            m::PROMPTS_LIST => self.page(params, "prompts", self.prompts()),
+            m::PROMPTS_GET => self.prompt(params),
+            m::COMPLETE => self.complete(params),
+            m::LISTEN => self.listen(params),
+            other => Handled::Error(RpcError::new(code::METHOD_NOT_FOUND, format!("Method not found: {other}"))),
+        }
+    }
+
+    fn finish(&self, mut result: Value, cacheable: bool) -> Value {
+        let obj = result.as_object_mut().expect("results are objects");
+        obj.insert("resultType".into(), json!("complete"));
+        obj.insert("_meta".into(), json!({ mcp::META_SERVER_INFO: { "name": self.0.spec.name, "version": "1.0.0" } }));
+        if cacheable {
+            obj.insert("ttlMs".into(), json!(self.0.spec.ttl_ms));
+            obj.insert("cacheScope".into(), json!(if self.0.spec.public { "public" } else { "private" }));
+        }
+        result
+    }
+
+    fn discover(&self) -> Value {
+        self.finish(
+            json!({
+                "supportedVersions": [mcp::MODERN_VERSION],
+                "capabilities": {
+                    "resources": {"subscribe": true, "listChanged": true},
+                    "tools": {}, "prompts": {}, "completions": {}
+                },
+                "instructions": format!("Sample server `{}`: read its resources, call `echo` or `add`.", self.0.spec.name),
+            }),
+            true,
+        )
+    }
+
+    fn resources(&self) -> Vec<Value> {
+        let mut out: Vec<Value> = self
+            .0
+            .docs
+            .iter()
+            .map(|d| {
+                json!({"uri": self.0.spec.uri(&d.path), "name": d.path, "title": d.title,
+                       "mimeType": d.mime, "size": d.text.len()})
+            })
+            .collect();
+        out.push(json!({"uri": self.0.status_uri, "name": "status", "title": "Live status",
+                        "description": "Changes periodically", "mimeType": "text/plain"}));
+        out
+    }
+
+    fn templates(&self) -> Vec<Value> {
+        vec![json!({"uriTemplate": format!("{}://{{path}}", self.0.spec.scheme), "name": "by-path",
+                    "title": "Any document by path", "mimeType": "text/plain"})]
+    }
+
+    fn tools(&self) -> Vec<Value> {
+        let mut tools = vec![
+            json!({"name": "echo", "description": "Returns its text", "inputSchema":
+                   {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}),
+            json!({"name": "add", "description": "Adds two integers", "inputSchema":
+                   {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}),
+            json!({"name": "link", "description": "Links and embeds the first document", "inputSchema":
+                   {"type": "object", "properties": {}}}),
+        ];
+        if self.0.spec.crashable {
+            tools.push(json!({"name": "crash", "description": "Ends the server process", "inputSchema": {"type": "object"}}));
+        }
+        tools
+    }
+
+    fn prompts(&self) -> Vec<Value> {
+        vec![json!({"name": "summarize", "description": "Summarize a document",
+                    "arguments": [{"name": "uri", "required": true}]})]
+    }
+
+    fn page(&self, params: &RawObject<'_>, key: &str, items: Vec<Value>) -> Handled {
+        let start = match params.get_str("cursor") {
+            None => 0,
+            Some(c) => match c.parse::<usize>() {
+                Ok(n) if n <= items.len() => n,
+                _ => return Handled::Error(RpcError::new(code::INVALID_PARAMS, "Invalid cursor")),
+            },
+        };
+        let end = (start + self.0.spec.page_size.max(1)).min(items.len());
+        let mut result = json!({ key: items[start..end] });
+        if end < items.len() {
+            result["nextCursor"] = json!(end.to_string());
+        }
+        Handled::Result(self.finish(result, true))
+    }
+
+    fn text_of(&self, uri: &str) -> Option<(String, &'static str)> {
+        if uri == self.0.status_uri {
+            let v = self.0.status.load(Ordering::Relaxed);
+            return Some((format!("status version {v}: all systems nominal"), "text/plain"));
+        }
+        self.0.by_uri.get(uri).map(|&i| (self.0.docs[i].text.clone(), self.0.docs[i].mime))
+    }
+
+    fn read(&self, params: &RawObject<'_>) -> Handled {
+        let Some(uri) = params.get_str("uri") else {
+            return Handled::Error(RpcError::new(code::INVALID_PARAMS, "missing uri"));
+        };
+        match self.text_of(&uri) {
+            Some((text, mime)) => Handled::Result(self.finish(
+                json!({"contents": [{"uri": uri, "mimeType": mime, "text": text}]}),
+                true,
+            )),
+            None => Handled::Error(not_found(&uri)),
+        }
+    }
+
+    fn call(&self, params: &RawObject<'_>) -> Handled {
+        let args: Value = params
+            .get("arguments")
+            .and_then(|a| serde_json::from_str(a.get()).ok())
+            .unwrap_or(json!({}));
+        let result = match params.get_str("name").as_deref() {
+            Some("echo") => json!({"content": [{"type": "text", "text": args["text"].as_str().unwrap_or("")}]}),
+            Some("add") => {
+                let (a, b) = (args["a"].as_i64().unwrap_or(0), args["b"].as_i64().unwrap_or(0));
+                json!({"content": [{"type": "text", "text": (a + b).to_string()}], "structuredContent": {"sum": a + b}})
+            }
+            Some("link") => {
+                let Some(first) = self.0.docs.first() else {
+                    return Handled::Result(self.finish(json!({"content": [], "isError": true}), false));
+                };
+                let uri = self.0.spec.uri(&first.path);
+                json!({"content": [
+                    {"type": "resource_link", "uri": uri, "name": first.path, "mimeType": first.mime},
+                    {"type": "resource", "resource": {"uri": uri, "mimeType": first.mime, "text": first.text}}
+                ]})
+            }
+            Some("crash") if self.0.spec.crashable => std::process::exit(3),
+            other => {
+                return Handled::Error(RpcError::new(
+                    code::INVALID_PARAMS,
+                    format!("Unknown tool: {}", other.unwrap_or("")),
+                ));
+            }
+        };
+        Handled::Result(self.finish(result, false))
+    }
+
+    fn prompt(&self, params: &RawObject<'_>) -> Handled {
+        if params.get_str("name").as_deref() != Some("summarize") {
+            return Handled::Error(RpcError::new(code::INVALID_PARAMS, "Unknown prompt"));
+        }
+        let args: Value = params
+            .get("arguments")
+            .and_then(|a| serde_json::from_str(a.get()).ok())
+            .unwrap_or(json!({}));
+        let uri = args["uri"].as_str().unwrap_or_default().to_owned();
+        let Some((text, mime)) = self.text_of(&uri) else {
+            return Handled::Error(not_found(&uri));
+        };
+        Handled::Result(self.finish(
+            json!({"description": "Summarize a document", "messages": [
+                {"role": "user", "content": {"type": "text", "text": "Summarize this document in three bullet points."}},
+                {"role": "user", "content": {"type": "resource", "resource": {"uri": uri, "mimeType": mime, "text": text}}}
+            ]}),
+            false,
+        ))
+    }
+
+    fn complete(&self, params: &RawObject<'_>) -> Handled {
+        let arg: Value = params
+            .get("argument")
+            .and_then(|a| serde_json::from_str(a.get()).ok())
+            .unwrap_or(json!({}));
+        let prefix = arg["value"].as_str().unwrap_or("");
+        let values: Vec<String> = match arg["name"].as_str() {
+            Some("path") => self.0.docs.iter().map(|d| d.path.clone()).filter(|p| p.starts_with(prefix)).collect(),
+            Some("uri") => self.0.by_uri.keys().filter(|u| u.starts_with(prefix)).cloned().collect(),
+            _ => Vec::new(),
+        };
+        let total = values.len();
+        let mut values = values;
+        values.sort();
+        values.truncate(100);
+        Handled::Result(self.finish(
+            json!({"completion": {"values": values, "total": total, "hasMore": total > 100}}),
+            false,
+        ))
+    }
+
+    fn listen(&self, params: &RawObject<'_>) -> Handled {
+        let filter: Value = params
+            .get("notifications")
+            .and_then(|n| serde_json::from_str(n.get()).ok())
+            .unwrap_or(Value::Null);
+        if !filter.is_object() {
+            return Handled::Error(RpcError::new(code::INVALID_PARAMS, "missing notifications filter"));
+        }
+        let uris: Vec<String> = filter["resourceSubscriptions"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .unwrap_or_default();
+        let list_changed = filter["resourcesListChanged"].as_bool() == Some(true);
+        let mut ack = serde_json::Map::new();
+        if !uris.is_empty() {
+            ack.insert("resourceSubscriptions".into(), json!(uris));
+        }
+        if list_changed {
+            ack.insert("resourcesListChanged".into(), json!(true));
+        }
+        Handled::Listen(Listen { ack: Value::Object(ack), uris, resources_list_changed: list_changed })
+    }
+}
+
+/// Decrements the open-listen count when a stream ends.
+pub(super) struct ListenGuard(Sample);
+
+impl Drop for ListenGuard {
+    fn drop(&mut self) {
+        self.0.0.listens_open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn not_found(uri: &str) -> RpcError {
+    RpcError::new(code::INVALID_PARAMS, "Resource not found").with_data(json!({"uri": uri}))
+}
+
+/// The notification for a changed URI on listen `sub_id` (raw JSON id).
+pub fn updated_notification(sub_id: &str, uri: &str) -> String {
+    let uri = serde_json::to_string(uri).expect("string");
+    format!(
+        r#"{{"jsonrpc":"2.0","method":"{}","params":{{"_meta":{{"{}":{sub_id}}},"uri":{uri}}}}}"#,
+        m::RESOURCES_UPDATED,
+        mcp::META_SUBSCRIPTION_ID
+    )
+}
+
+/// The acknowledgment of listen `sub_id`.
+pub fn ack_notification(sub_id: &str, notifications: &Value) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","method":"{}","params":{{"_meta":{{"{}":{sub_id}}},"notifications":{notifications}}}}}"#,
+        m::ACKNOWLEDGED,
+        mcp::META_SUBSCRIPTION_ID
+    )
+}

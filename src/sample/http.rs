@@ -1,0 +1,166 @@
+//! The sample server over Streamable HTTP.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::CONTENT_TYPE;
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::Frame;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::handler::{Handled, Listen, Sample, ack_notification, updated_notification};
+use crate::downstream::validate::{self, Body};
+use crate::error::Error;
+use crate::jsonrpc::{Incoming, RequestId, encode_error, encode_result};
+
+type Resp = Response<BoxBody<Bytes, Infallible>>;
+
+/// A running sample HTTP server. Dropping it does not stop it; call [`SampleHttp::stop`].
+pub struct SampleHttp {
+    pub addr: SocketAddr,
+    pub sample: Sample,
+    cancel: CancellationToken,
+}
+
+impl SampleHttp {
+    /// Starts `sample` on `addr` (use port 0 for an ephemeral port).
+    pub async fn start(sample: Sample, addr: SocketAddr) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let cancel = CancellationToken::new();
+        sample.start_ticking(cancel.clone());
+        tokio::spawn(accept(listener, sample.clone(), cancel.clone()));
+        Ok(Self { addr, sample, cancel })
+    }
+
+    /// The MCP endpoint URL.
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    /// Stops listening and drops every open connection (as a crash would).
+    pub fn stop(&self) {
+        self.cancel.cancel();
+    }
+}
+
+async fn accept(listener: TcpListener, sample: Sample, cancel: CancellationToken) {
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = listener.accept() => match r { Ok(x) => x, Err(_) => continue },
+        };
+        let _ = stream.set_nodelay(true);
+        let sample = sample.clone();
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            let inner = cancel.clone();
+            let service = service_fn(move |req| {
+                let sample = sample.clone();
+                let cancel = inner.clone();
+                async move { Ok::<_, Infallible>(serve(&sample, req, cancel).await) }
+            });
+            let builder = auto::Builder::new(TokioExecutor::new());
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                _ = conn => {}
+            }
+        });
+    }
+}
+
+async fn serve(sample: &Sample, req: Request<hyper::body::Incoming>, cancel: CancellationToken) -> Resp {
+    if req.uri().path() != "/mcp" {
+        return status(StatusCode::NOT_FOUND);
+    }
+    if req.method() != Method::POST {
+        return status(StatusCode::METHOD_NOT_ALLOWED);
+    }
+    let (parts, body) = req.into_parts();
+    let Ok(body) = Limited::new(body, 1 << 20).collect().await.map(|b| b.to_bytes()) else {
+        return status(StatusCode::PAYLOAD_TOO_LARGE);
+    };
+    let Ok(text) = std::str::from_utf8(&body) else { return status(StatusCode::BAD_REQUEST) };
+    let msg = match Incoming::parse(text) {
+        Ok(m) => m,
+        Err(e) => return rejected(validate::message_error(e)),
+    };
+    let checked = match validate::check(&parts.headers, &msg) {
+        Ok(Body::Notification) => return status(StatusCode::ACCEPTED),
+        Ok(Body::Request(c)) => c,
+        Err(r) => return rejected(r),
+    };
+    match sample.handle(checked.method, &checked.params).await {
+        Handled::Result(v) => json(StatusCode::OK, encode_result(&checked.id, &serde_json::to_vec(&v).expect("json"))),
+        Handled::Error(e) => json(StatusCode::OK, encode_error(Some(&checked.id), &e)),
+        Handled::Listen(listen) => listen_stream(sample, checked.id, listen, cancel),
+    }
+}
+
+/// An SSE response: the acknowledgment, then an update per change of a subscribed URI, with
+/// keep-alive comments; it ends when the client goes away or the server stops.
+fn listen_stream(sample: &Sample, id: RequestId, listen: Listen, cancel: CancellationToken) -> Resp {
+    // Bounded: a client that stops reading stalls only its own stream.
+    let (tx, mut rx) = mpsc::channel::<Bytes>(64);
+    let mut updates = sample.subscribe_updates();
+    let guard = sample.listen_opened();
+    let sub_id = id.as_json().to_owned();
+    tokio::spawn(async move {
+        let _guard = guard;
+        let send = |text: String| Bytes::from(format!("data: {text}\n\n"));
+        if tx.send(send(ack_notification(&sub_id, &listen.ack))).await.is_err() {
+            return;
+        }
+        let mut keepalive = tokio::time::interval(Duration::from_secs(15));
+        loop {
+            let frame = tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tx.closed() => return,
+                _ = keepalive.tick() => Bytes::from_static(b":\n\n"),
+                u = updates.recv() => match u {
+                    Ok(uri) if listen.uris.contains(&uri) => send(updated_notification(&sub_id, &uri)),
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(_) => return,
+                },
+            };
+            if tx.send(frame).await.is_err() {
+                return;
+            }
+        }
+    });
+    let body = StreamBody::new(futures_util::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx).map(|o| o.map(|b| Ok::<_, Infallible>(Frame::data(b))))
+    }));
+    let mut resp = Response::new(BodyExt::boxed(body));
+    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    resp.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp
+}
+
+fn rejected(r: validate::Rejected) -> Resp {
+    let (status, err) = Error::from(r.error).to_jsonrpc();
+    json(status, encode_error(r.id.as_ref(), &err))
+}
+
+fn json(code: StatusCode, body: Bytes) -> Resp {
+    let mut resp = Response::new(Full::new(body).boxed());
+    *resp.status_mut() = code;
+    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+fn status(code: StatusCode) -> Resp {
+    let mut resp = Response::new(Full::new(Bytes::new()).boxed());
+    *resp.status_mut() = code;
+    resp
+}

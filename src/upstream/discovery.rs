@@ -1,0 +1,104 @@
+//! Learning what an upstream offers: `server/discover` at start, retried with backoff until it
+//! answers, and again after every restart of a stdio process.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::backoff::Backoff;
+use super::{Reply, Upstream};
+use crate::mcp;
+
+/// The parts of an upstream's `DiscoverResult` the proxy uses.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UpstreamInfo {
+    /// `ServerCapabilities` as sent.
+    pub capabilities: Value,
+    /// `_meta["io.modelcontextprotocol/serverInfo"]`, if sent.
+    pub server_info: Option<Value>,
+    /// `instructions`, if sent.
+    pub instructions: Option<String>,
+    /// `supportedVersions`.
+    pub supported_versions: Vec<String>,
+}
+
+impl UpstreamInfo {
+    /// Parses a `DiscoverResult`.
+    pub fn from_result(result: &[u8]) -> Result<Self, String> {
+        let v: Value = serde_json::from_slice(result).map_err(|e| e.to_string())?;
+        let capabilities = v.get("capabilities").cloned().unwrap_or_else(|| Value::Object(Default::default()));
+        if !capabilities.is_object() {
+            return Err("capabilities is not an object".into());
+        }
+        Ok(Self {
+            capabilities,
+            server_info: v.pointer("/_meta").and_then(|m| m.get(mcp::META_SERVER_INFO)).cloned(),
+            instructions: v.get("instructions").and_then(Value::as_str).map(str::to_owned),
+            supported_versions: v
+                .get("supportedVersions")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+                .unwrap_or_default(),
+        })
+    }
+
+    /// Whether the capability object `name` (`resources`, `tools`, …) is declared.
+    pub fn has(&self, name: &str) -> bool {
+        self.capabilities.get(name).is_some_and(|c| !c.is_null())
+    }
+
+    /// Whether `capabilities[name][flag]` is `true`.
+    pub fn flag(&self, name: &str, flag: &str) -> bool {
+        self.capabilities.get(name).and_then(|c| c.get(flag)).and_then(Value::as_bool) == Some(true)
+    }
+}
+
+/// The `params` the proxy sends on its own requests (discovery, probes).
+pub fn own_params() -> String {
+    format!(
+        r#"{{"_meta":{{"{}":"{}","{}":{{}},"{}":{{"name":"resmux","version":"{}"}}}}}}"#,
+        mcp::META_PROTOCOL_VERSION,
+        mcp::MODERN_VERSION,
+        mcp::META_CLIENT_CAPABILITIES,
+        mcp::META_CLIENT_INFO,
+        env!("CARGO_PKG_VERSION"),
+    )
+}
+
+/// Discovers `upstream` until it answers, then again after each restart, until `cancel`.
+pub(super) async fn run(upstream: Upstream, cancel: CancellationToken) {
+    let params = own_params();
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
+    loop {
+        let outcome = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = upstream.request(mcp::method::DISCOVER, params.as_bytes(), None) => r,
+        };
+        let info = match outcome {
+            Ok(Reply::Result(result)) => UpstreamInfo::from_result(&result),
+            Ok(Reply::Error(e)) => Err(e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match info {
+            Ok(info) => {
+                // The process that answered (a restart during the request shows as a change).
+                let generation = upstream.generation();
+                tracing::info!(upstream = %upstream.name(), capabilities = %info.capabilities, "upstream discovered");
+                upstream.set_info(Some(info));
+                backoff.reset();
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = upstream.restarted(generation) => upstream.set_info(None),
+                }
+            }
+            Err(reason) => {
+                tracing::warn!(upstream = %upstream.name(), %reason, "server/discover failed; will retry");
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(backoff.next_delay()) => {}
+                }
+            }
+        }
+    }
+}

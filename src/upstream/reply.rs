@@ -1,0 +1,55 @@
+//! An upstream's answer to one request, kept as the received bytes.
+
+use bytes::Bytes;
+
+use crate::jsonrpc::{Incoming, Kind, RpcError};
+
+/// A JSON-RPC response from an upstream: its `result` as a zero-copy slice of the received
+/// message, or its `error`.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// The raw JSON text of `result`.
+    Result(Bytes),
+    /// The upstream's JSON-RPC error, relayed as an answer.
+    Error(RpcError),
+}
+
+impl Reply {
+    /// Decodes a response message, checking it is a response (to `expect_id`, when given).
+    pub fn decode(message: &Bytes, expect_id: Option<&str>) -> Result<Self, String> {
+        let text = std::str::from_utf8(message).map_err(|_| "response is not UTF-8".to_owned())?;
+        let msg = Incoming::parse(text).map_err(|e| e.to_string())?;
+        if msg.kind != Kind::Response {
+            return Err(format!("expected a response, got a {:?}", msg.kind));
+        }
+        if let (Some(want), Some(got)) = (expect_id, &msg.id)
+            && got.as_json() != want
+        {
+            return Err(format!("response id {got} does not match request id {want}"));
+        }
+        if let Some(result) = msg.result {
+            return Ok(Reply::Result(message.slice_ref(result.get().as_bytes())));
+        }
+        let error = msg.error.ok_or("response without result or error")?;
+        serde_json::from_str(error.get())
+            .map(Reply::Error)
+            .map_err(|e| format!("malformed error object: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn result_is_a_slice_and_ids_are_checked() {
+        let body = Bytes::from_static(br#"{"jsonrpc":"2.0","id":3,"result":{"ok":true}}"#);
+        match Reply::decode(&body, Some("3")).unwrap() {
+            Reply::Result(r) => assert_eq!(&r[..], br#"{"ok":true}"#),
+            Reply::Error(_) => panic!(),
+        }
+        assert!(Reply::decode(&body, Some("4")).is_err());
+        let err = Bytes::from_static(br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32602,"message":"nf"}}"#);
+        assert!(matches!(Reply::decode(&err, None).unwrap(), Reply::Error(e) if e.code == -32602));
+    }
+}

@@ -1,0 +1,162 @@
+//! An incremental `text/event-stream` decoder (the WHATWG event-stream format), bounded in the
+//! size of one event.
+
+use bytes::{Buf, BytesMut};
+
+/// One dispatched event. Comment lines and `event:` names are dropped: MCP defines none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SseEvent {
+    /// The joined `data:` lines.
+    pub data: String,
+    /// The `id:` field, if any (legacy resumability).
+    pub id: Option<String>,
+    /// The `retry:` field in milliseconds, if any.
+    pub retry: Option<u64>,
+}
+
+/// The stream went past the configured event size.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("SSE event exceeds {limit} bytes")]
+pub struct EventTooLarge {
+    pub limit: usize,
+}
+
+/// Feeds bytes in, takes events out.
+#[derive(Debug)]
+pub struct SseDecoder {
+    buf: BytesMut,
+    /// Bytes of `buf` already scanned for a line end (so each byte is scanned once).
+    scanned: usize,
+    pending: SseEvent,
+    has_data: bool,
+    pending_size: usize,
+    limit: usize,
+}
+
+impl SseDecoder {
+    /// A decoder that refuses events larger than `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            buf: BytesMut::new(),
+            scanned: 0,
+            pending: SseEvent::default(),
+            has_data: false,
+            pending_size: 0,
+            limit,
+        }
+    }
+
+    /// Appends received bytes.
+    pub fn push(&mut self, chunk: &[u8]) {
+        self.buf.extend_from_slice(chunk);
+    }
+
+    /// The next complete event, if the buffered bytes hold one.
+    pub fn next_event(&mut self) -> Result<Option<SseEvent>, EventTooLarge> {
+        loop {
+            let Some(end) = self.buf[self.scanned..].iter().position(|b| *b == b'\n' || *b == b'\r')
+            else {
+                self.scanned = self.buf.len();
+                if self.buf.len() + self.pending_size > self.limit {
+                    return Err(EventTooLarge { limit: self.limit });
+                }
+                return Ok(None);
+            };
+            let end = self.scanned + end;
+            // A CR at the very end may be the first half of CRLF: wait for the next byte.
+            if self.buf[end] == b'\r' && end + 1 == self.buf.len() {
+                self.scanned = end;
+                return Ok(None);
+            }
+            let skip = if self.buf[end] == b'\r' && self.buf[end + 1] == b'\n' { 2 } else { 1 };
+            let line = self.buf.split_to(end);
+            self.buf.advance(skip);
+            self.scanned = 0;
+            if line.is_empty() {
+                if self.has_data {
+                    self.has_data = false;
+                    self.pending_size = 0;
+                    return Ok(Some(std::mem::take(&mut self.pending)));
+                }
+                self.pending = SseEvent { id: self.pending.id.take(), ..Default::default() };
+                continue;
+            }
+            self.pending_size += line.len();
+            if self.pending_size > self.limit {
+                return Err(EventTooLarge { limit: self.limit });
+            }
+            self.field(&line);
+        }
+    }
+
+    fn field(&mut self, line: &[u8]) {
+        if line[0] == b':' {
+            return; // comment / keep-alive
+        }
+        let (name, value) = match line.iter().position(|b| *b == b':') {
+            Some(i) => {
+                let v = &line[i + 1..];
+                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+            }
+            None => (line, &b""[..]),
+        };
+        let value = String::from_utf8_lossy(value);
+        match name {
+            b"data" => {
+                if self.has_data {
+                    self.pending.data.push('\n');
+                }
+                self.pending.data.push_str(&value);
+                self.has_data = true;
+            }
+            b"id" if !value.contains('\0') => self.pending.id = Some(value.into_owned()),
+            b"retry" => self.pending.retry = value.parse().ok(),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn all(input: &[&[u8]]) -> Vec<SseEvent> {
+        let mut d = SseDecoder::new(1 << 20);
+        let mut out = Vec::new();
+        for chunk in input {
+            d.push(chunk);
+            while let Some(e) = d.next_event().unwrap() {
+                out.push(e);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn events_comments_and_crlf() {
+        let evs = all(&[b": keep-alive\r\n\r\nevent: message\r\ndata: {\"a\":1}\r\n\r\nid: 7\nretry: 500\ndata: x\ndata: y\n\n"]);
+        assert_eq!(evs.len(), 2);
+        assert_eq!(evs[0].data, "{\"a\":1}");
+        assert_eq!(evs[1], SseEvent { data: "x\ny".into(), id: Some("7".into()), retry: Some(500) });
+    }
+
+    #[test]
+    fn oversized_event_is_refused() {
+        let mut d = SseDecoder::new(16);
+        d.push(b"data: 0123456789abcdefghij");
+        assert!(d.next_event().is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn chunking_does_not_matter(split in 1usize..40, crlf in any::<bool>()) {
+            let nl = if crlf { "\r\n" } else { "\n" };
+            let text = format!("data: one{nl}{nl}:c{nl}data: two{nl}data: 2{nl}{nl}");
+            let bytes = text.as_bytes();
+            let chunks: Vec<&[u8]> = bytes.chunks(split).collect();
+            let evs = all(&chunks);
+            prop_assert_eq!(evs.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), vec!["one", "two\n2"]);
+        }
+    }
+}
