@@ -21,7 +21,10 @@ pub enum StartError {
     #[error("invalid configuration:\n{}", .0.join("\n"))]
     Config(Vec<String>),
     #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 /// A running proxy.
@@ -40,7 +43,12 @@ impl App {
     pub async fn start(config: Config) -> Result<Self, StartError> {
         let problems = config.validate();
         if !problems.is_empty() {
-            return Err(StartError::Config(problems.into_iter().map(|(p, m)| format!("{p}: {m}")).collect()));
+            return Err(StartError::Config(
+                problems
+                    .into_iter()
+                    .map(|(p, m)| format!("{p}: {m}"))
+                    .collect(),
+            ));
         }
         let cancel = CancellationToken::new();
         let tracker = TaskTracker::new();
@@ -69,14 +77,32 @@ impl App {
         }
         let router = Router::new(upstreams, config.proxy.clone(), cursors);
         let endpoint = Endpoint::new(router.clone(), Authenticator::new(), &config.listen);
-        let listener = TcpListener::bind(config.listen.addr).await.map_err(|source| {
-            cancel.cancel();
-            StartError::Bind { addr: config.listen.addr, source }
+        let listener = TcpListener::bind(config.listen.addr)
+            .await
+            .map_err(|source| {
+                cancel.cancel();
+                StartError::Bind {
+                    addr: config.listen.addr,
+                    source,
+                }
+            })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: config.listen.addr,
+            source,
         })?;
-        let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: config.listen.addr, source })?;
-        tracker.spawn(downstream::serve(listener, endpoint, config.listen.max_connections, cancel.clone()));
+        tracker.spawn(downstream::serve(
+            listener,
+            endpoint,
+            config.listen.max_connections,
+            cancel.clone(),
+        ));
         tracing::info!(%addr, path = %config.listen.path, upstreams = config.upstreams.len(), "resmux listening");
-        Ok(Self { addr, router, cancel, tracker })
+        Ok(Self {
+            addr,
+            router,
+            cancel,
+            tracker,
+        })
     }
 
     /// The bound address (useful with port 0).
@@ -93,7 +119,10 @@ impl App {
     pub async fn shutdown(self) {
         self.cancel.cancel();
         self.tracker.close();
-        if tokio::time::timeout(STOP_GRACE, self.tracker.wait()).await.is_err() {
+        if tokio::time::timeout(STOP_GRACE, self.tracker.wait())
+            .await
+            .is_err()
+        {
             tracing::warn!("some tasks did not stop in time");
         }
     }

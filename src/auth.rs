@@ -22,7 +22,9 @@ impl fmt::Debug for Principal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Principal::Anonymous => f.write_str("anonymous"),
-            Principal::Credential(d) => write!(f, "cred:{:02x}{:02x}{:02x}{:02x}", d[0], d[1], d[2], d[3]),
+            Principal::Credential(d) => {
+                write!(f, "cred:{:02x}{:02x}{:02x}{:02x}", d[0], d[1], d[2], d[3])
+            }
         }
     }
 }
@@ -37,7 +39,9 @@ impl Authenticator {
     /// A deriver with a per-process random key: partitions do not outlive the process, which
     /// is what an in-memory cache needs.
     pub fn new() -> Self {
-        Self { key: rand::random() }
+        Self {
+            key: rand::random(),
+        }
     }
 
     /// The principal for an `Authorization` header value (`None`: anonymous).
@@ -68,8 +72,14 @@ mod tests {
     #[test]
     fn same_token_same_principal_and_no_leak_in_debug() {
         let a = Authenticator::new();
-        assert_eq!(a.principal(Some(b"Bearer x")), a.principal(Some(b"Bearer x")));
-        assert_ne!(a.principal(Some(b"Bearer x")), a.principal(Some(b"Bearer y")));
+        assert_eq!(
+            a.principal(Some(b"Bearer x")),
+            a.principal(Some(b"Bearer x"))
+        );
+        assert_ne!(
+            a.principal(Some(b"Bearer x")),
+            a.principal(Some(b"Bearer y"))
+        );
         assert_eq!(a.principal(None), Principal::Anonymous);
         assert!(!format!("{:?}", a.principal(Some(b"Bearer secret"))).contains("secret"));
     }

@@ -17,7 +17,7 @@
 //! - [`error`]: errors of every layer and their JSON-RPC / HTTP mapping.
 //! - [`config`]: the configuration file; [`app`] builds the running proxy from it.
 //! - [`sample`]: a built-in MCP server for the demo, tests and load tests.
-//! - [`telemetry`]: logging.
+//! - [`telemetry`] sets up logging.
 
 #![forbid(unsafe_code)]
 

@@ -23,7 +23,7 @@ use crate::error::{DownstreamError, Error};
 use crate::mcp::method as m;
 use crate::upstream::Upstream;
 use cursor::CursorCodec;
-use namespace::{Namespace, NamespaceTable};
+use namespace::Namespace;
 
 /// Cheap handle over the routing state.
 #[derive(Clone)]
@@ -32,7 +32,7 @@ pub struct Router(Arc<Inner>);
 struct Inner {
     /// Upstreams in config order (the order of merged lists and of conflict resolution).
     upstreams: Vec<Upstream>,
-    ns: NamespaceTable,
+    ns: Namespace,
     cursors: CursorCodec,
     proxy: ProxyConfig,
     /// `{"name":…,"version":…}` of the proxy, for result `_meta`.
@@ -42,10 +42,13 @@ struct Inner {
 
 impl Router {
     pub fn new(upstreams: Vec<Upstream>, proxy: ProxyConfig, cursors: CursorCodec) -> Self {
-        let names: Vec<(String, bool)> =
-            upstreams.iter().map(|u| (u.name().to_owned(), u.config().prefix)).collect();
-        let server_info = serde_json::json!({"name": proxy.name, "version": env!("CARGO_PKG_VERSION")})
-            .to_string();
+        let names: Vec<(String, bool)> = upstreams
+            .iter()
+            .map(|u| (u.name().to_owned(), u.config().prefix))
+            .collect();
+        let server_info =
+            serde_json::json!({"name": proxy.name, "version": env!("CARGO_PKG_VERSION")})
+                .to_string();
         Self(Arc::new(Inner {
             ns: Namespace::new(&names),
             upstreams,
@@ -62,7 +65,7 @@ impl Router {
     }
 
     /// The namespace table.
-    pub fn namespace(&self) -> &NamespaceTable {
+    pub fn namespace(&self) -> &Namespace {
         &self.0.ns
     }
 

@@ -46,7 +46,7 @@ struct Inner {
 }
 
 enum Transport {
-    Http(http::HttpTransport),
+    Http(Box<http::HttpTransport>),
     Stdio(stdio::StdioTransport),
 }
 
@@ -61,22 +61,28 @@ impl Upstream {
     ) -> Result<Self, String> {
         let transport = match config.transport() {
             TransportConfig::Http { url } => {
-                let uri = url.parse().map_err(|e| format!("upstream `{}`: {e}", config.name))?;
+                let uri = url
+                    .parse()
+                    .map_err(|e| format!("upstream `{}`: {e}", config.name))?;
                 let headers = http::static_headers(&config.headers)
                     .map_err(|e| format!("upstream `{}` headers: {e}", config.name))?;
-                Transport::Http(http::HttpTransport::new(
+                Transport::Http(Box::new(http::HttpTransport::new(
                     config.name.clone(),
                     client.clone(),
                     uri,
                     headers,
                     config.max_message_bytes,
-                ))
+                )))
             }
             TransportConfig::Stdio { command } => {
                 let spec = stdio::StdioSpec {
                     name: config.name.clone(),
                     command,
-                    env: config.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                    env: config
+                        .env
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
                     cwd: config.cwd.clone(),
                     max_line: config.max_message_bytes,
                     backoff_max: config.restart_backoff_max,
@@ -145,12 +151,19 @@ impl Upstream {
     ) -> Result<Reply, UpstreamError> {
         let timeout = self.0.config.timeout;
         let deadline = Instant::now() + timeout;
-        let timed_out = || UpstreamError::Timeout { upstream: self.name().to_owned(), after: timeout };
+        let timed_out = || UpstreamError::Timeout {
+            upstream: self.name().to_owned(),
+            after: timeout,
+        };
         let _permit = timeout_at(deadline, self.0.in_flight.acquire())
             .await
             .map_err(|_| timed_out())?
             .expect("semaphore is never closed");
-        let retries = if method == mcp::method::TOOLS_CALL { 0 } else { 1 };
+        let retries = if method == mcp::method::TOOLS_CALL {
+            0
+        } else {
+            1
+        };
         let mut attempt = 0;
         loop {
             let result = timeout_at(deadline, self.send_once(method, params, mcp_name))
@@ -177,8 +190,11 @@ impl Upstream {
         let body: Bytes = encode_request(&id, method, params);
         match &self.0.transport {
             Transport::Http(t) => {
-                let mirrored =
-                    http::Mirrored { method, name: mcp_name, version: self.protocol_version() };
+                let mirrored = http::Mirrored {
+                    method,
+                    name: mcp_name,
+                    version: self.protocol_version(),
+                };
                 t.exchange(id.as_json(), body, &mirrored).await
             }
             Transport::Stdio(t) => t.exchange(id.as_json(), body).await,
@@ -205,6 +221,8 @@ impl Upstream {
 
 impl std::fmt::Debug for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Upstream").field("name", &self.name()).finish()
+        f.debug_struct("Upstream")
+            .field("name", &self.name())
+            .finish()
     }
 }

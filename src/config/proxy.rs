@@ -49,7 +49,10 @@ pub struct LogConfig {
 
 impl Default for LogConfig {
     fn default() -> Self {
-        Self { level: "info".into(), format: LogFormat::Text }
+        Self {
+            level: "info".into(),
+            format: LogFormat::Text,
+        }
     }
 }
 

@@ -54,26 +54,40 @@ impl Endpoint {
         if req.uri().path() != self.0.path {
             return plain(StatusCode::NOT_FOUND, "not found");
         }
-        let authority = req.uri().authority().map(|a| a.as_str().to_owned()).or_else(|| {
-            req.headers().get(HOST).and_then(|h| h.to_str().ok()).map(str::to_owned)
-        });
+        let authority = req
+            .uri()
+            .authority()
+            .map(|a| a.as_str().to_owned())
+            .or_else(|| {
+                req.headers()
+                    .get(HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .map(str::to_owned)
+            });
         if let Some(host) = authority
             && !self.0.policy.host_allowed(&host)
         {
             return error_response(None, DownstreamError::HostNotAllowed.into());
         }
         if let Some(origin) = req.headers().get(ORIGIN)
-            && !origin.to_str().is_ok_and(|o| self.0.policy.origin_allowed(o))
+            && !origin
+                .to_str()
+                .is_ok_and(|o| self.0.policy.origin_allowed(o))
         {
             return error_response(None, DownstreamError::OriginNotAllowed.into());
         }
         if req.method() != Method::POST {
             let mut resp = error_response(None, DownstreamError::HttpMethodNotAllowed.into());
-            resp.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"));
+            resp.headers_mut()
+                .insert(ALLOW, HeaderValue::from_static("POST"));
             return resp;
         }
         if let Some(ct) = req.headers().get(CONTENT_TYPE)
-            && !ct.to_str().is_ok_and(|v| v.trim_start().to_ascii_lowercase().starts_with("application/json"))
+            && !ct.to_str().is_ok_and(|v| {
+                v.trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("application/json")
+            })
         {
             return error_response(None, DownstreamError::UnsupportedMediaType.into());
         }
@@ -82,7 +96,15 @@ impl Endpoint {
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        let too_large = || error_response(None, DownstreamError::BodyTooLarge { limit: self.0.max_body }.into());
+        let too_large = || {
+            error_response(
+                None,
+                DownstreamError::BodyTooLarge {
+                    limit: self.0.max_body,
+                }
+                .into(),
+            )
+        };
         if declared.is_some_and(|n| n > self.0.max_body as u64) {
             return too_large();
         }
@@ -92,9 +114,17 @@ impl Endpoint {
             Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
             Err(e) => return plain(StatusCode::BAD_REQUEST, &format!("cannot read body: {e}")),
         };
-        let principal = self.0.auth.principal(parts.headers.get(http::header::AUTHORIZATION).map(|v| v.as_bytes()));
+        let principal = self.0.auth.principal(
+            parts
+                .headers
+                .get(http::header::AUTHORIZATION)
+                .map(|v| v.as_bytes()),
+        );
         let Ok(text) = std::str::from_utf8(&body) else {
-            return error_response(None, DownstreamError::Parse("body is not UTF-8".into()).into());
+            return error_response(
+                None,
+                DownstreamError::Parse("body is not UTF-8".into()).into(),
+            );
         };
         let msg = match Incoming::parse(text) {
             Ok(m) => m,
@@ -105,7 +135,12 @@ impl Endpoint {
             Ok(Body::Request(c)) => c,
             Err(r) => return rejected(r),
         };
-        let call = Call { method: checked.method, params: checked.params, meta: checked.meta, principal: &principal };
+        let call = Call {
+            method: checked.method,
+            params: checked.params,
+            meta: checked.meta,
+            principal: &principal,
+        };
         match self.0.router.handle(&call).await {
             Ok(answer) => answer_response(&checked.id, answer),
             Err(e) => {
@@ -144,14 +179,18 @@ fn error_response(id: Option<&RequestId>, e: Error) -> Resp {
 fn json(status: StatusCode, body: Bytes) -> Resp {
     let mut resp = Response::new(Full::new(body));
     *resp.status_mut() = status;
-    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
 }
 
 fn plain(status: StatusCode, text: &str) -> Resp {
     let mut resp = Response::new(Full::new(Bytes::from(text.to_owned())));
     *resp.status_mut() = status;
-    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    resp.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     resp
 }
 

@@ -30,7 +30,10 @@ pub struct Rejected {
 }
 
 fn reject(id: Option<&RequestId>, error: DownstreamError) -> Rejected {
-    Rejected { id: id.cloned(), error }
+    Rejected {
+        id: id.cloned(),
+        error,
+    }
 }
 
 /// Validates one POST body against its headers.
@@ -38,18 +41,32 @@ pub fn check<'a>(headers: &HeaderMap, msg: &'a Incoming<'a>) -> Result<Body<'a>,
     let id = match msg.kind {
         Kind::Notification => return Ok(Body::Notification),
         Kind::Response => {
-            return Err(reject(msg.id.as_ref(), DownstreamError::InvalidRequest("clients do not send responses".into())));
+            return Err(reject(
+                msg.id.as_ref(),
+                DownstreamError::InvalidRequest("clients do not send responses".into()),
+            ));
         }
         Kind::Request => msg.id.as_ref().expect("requests have ids"),
     };
     let method = msg.method();
-    let missing = |what: &str| reject(Some(id), DownstreamError::MissingMeta(format!("missing required `{what}`")));
+    let missing = |what: &str| {
+        reject(
+            Some(id),
+            DownstreamError::MissingMeta(format!("missing required `{what}`")),
+        )
+    };
     let params_raw = msg.params.ok_or_else(|| missing("params._meta"))?;
     let params = RawObject::parse(params_raw)
         .map_err(|e| reject(Some(id), DownstreamError::InvalidParams(e.to_string())))?;
-    let meta_raw = params.get_borrowed("_meta").ok_or_else(|| missing("params._meta"))?;
-    let meta = RawObject::parse(meta_raw)
-        .map_err(|_| reject(Some(id), DownstreamError::MissingMeta("`_meta` must be an object".into())))?;
+    let meta_raw = params
+        .get_borrowed("_meta")
+        .ok_or_else(|| missing("params._meta"))?;
+    let meta = RawObject::parse(meta_raw).map_err(|_| {
+        reject(
+            Some(id),
+            DownstreamError::MissingMeta("`_meta` must be an object".into()),
+        )
+    })?;
     let version = meta
         .get_str(mcp::META_PROTOCOL_VERSION)
         .ok_or_else(|| missing(mcp::META_PROTOCOL_VERSION))?
@@ -57,7 +74,13 @@ pub fn check<'a>(headers: &HeaderMap, msg: &'a Incoming<'a>) -> Result<Body<'a>,
     match meta.get(mcp::META_CLIENT_CAPABILITIES) {
         Some(caps) if caps.get().starts_with('{') => {}
         Some(_) => {
-            return Err(reject(Some(id), DownstreamError::MissingMeta(format!("`{}` must be an object", mcp::META_CLIENT_CAPABILITIES))));
+            return Err(reject(
+                Some(id),
+                DownstreamError::MissingMeta(format!(
+                    "`{}` must be an object",
+                    mcp::META_CLIENT_CAPABILITIES
+                )),
+            ));
         }
         None => return Err(missing(mcp::META_CLIENT_CAPABILITIES)),
     }
@@ -77,7 +100,9 @@ pub fn check<'a>(headers: &HeaderMap, msg: &'a Incoming<'a>) -> Result<Body<'a>,
     }
     let h_method = header(mcp::H_METHOD)?;
     if h_method != method {
-        return Err(mismatch(format!("Mcp-Method header value '{h_method}' does not match body value '{method}'")));
+        return Err(mismatch(format!(
+            "Mcp-Method header value '{h_method}' does not match body value '{method}'"
+        )));
     }
     if let Some(field) = mcp::name_param(method) {
         let h_name = header(mcp::H_NAME)?;
@@ -94,14 +119,25 @@ pub fn check<'a>(headers: &HeaderMap, msg: &'a Incoming<'a>) -> Result<Body<'a>,
             Some(id),
             DownstreamError::UnsupportedVersion {
                 requested: version,
-                supported: mcp::SUPPORTED_MODERN.iter().map(|s| s.to_string()).collect(),
+                supported: mcp::SUPPORTED_MODERN
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
             },
         ));
     }
     if !mcp::is_known_request(method) {
-        return Err(reject(Some(id), DownstreamError::MethodNotFound(method.to_owned())));
+        return Err(reject(
+            Some(id),
+            DownstreamError::MethodNotFound(method.to_owned()),
+        ));
     }
-    Ok(Body::Request(Checked { id: id.clone(), method, params, meta }))
+    Ok(Body::Request(Checked {
+        id: id.clone(),
+        method,
+        params,
+        meta,
+    }))
 }
 
 /// Maps a codec failure to the downstream error.

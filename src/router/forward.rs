@@ -22,16 +22,22 @@ impl Router {
     pub(super) async fn read(&self, call: &Call<'_>) -> Result<Answer, Error> {
         let uri = required_str(&call.params, "uri")?;
         let Some(route) = self.0.ns.route_uri(&uri) else {
-            return Err(DownstreamError::ResourceNotFound { uri: uri.into_owned() }.into());
+            return Err(DownstreamError::ResourceNotFound {
+                uri: uri.into_owned(),
+            }
+            .into());
         };
         let (index, reply) = self
             .forward(call, route, Target::Uri, |p, v| p.set_string("uri", v))
             .await?;
         match reply {
-            Reply::Result(body) => Ok(Answer::result(self.rewrite(rewrite::read_result(&body, &self.0.ns, index), index)?)),
-            Reply::Error(e) if is_not_found(&e) => {
-                Err(DownstreamError::ResourceNotFound { uri: uri.into_owned() }.into())
+            Reply::Result(body) => Ok(Answer::result(
+                self.rewrite(rewrite::read_result(&body, &self.0.ns, index), index)?,
+            )),
+            Reply::Error(e) if is_not_found(&e) => Err(DownstreamError::ResourceNotFound {
+                uri: uri.into_owned(),
             }
+            .into()),
             Reply::Error(e) => Ok(Answer::error(rewrite::error(e, &self.0.ns, index))),
         }
     }
@@ -39,14 +45,20 @@ impl Router {
     pub(super) async fn call_named(&self, call: &Call<'_>) -> Result<Answer, Error> {
         let name = required_str(&call.params, "name")?;
         let Some(route) = self.0.ns.route_name(&name) else {
-            let what = if call.method == m::TOOLS_CALL { "tool" } else { "prompt" };
+            let what = if call.method == m::TOOLS_CALL {
+                "tool"
+            } else {
+                "prompt"
+            };
             return Err(DownstreamError::InvalidParams(format!("unknown {what} `{name}`")).into());
         };
         let (index, reply) = self
             .forward(call, route, Target::Name, |p, v| p.set_string("name", v))
             .await?;
         match reply {
-            Reply::Result(body) => Ok(Answer::result(self.rewrite(rewrite::content_result(&body, &self.0.ns, index), index)?)),
+            Reply::Result(body) => Ok(Answer::result(
+                self.rewrite(rewrite::content_result(&body, &self.0.ns, index), index)?,
+            )),
             Reply::Error(e) => Ok(Answer::error(rewrite::error(e, &self.0.ns, index))),
         }
     }
@@ -60,7 +72,9 @@ impl Router {
             Some("ref/resource") => (Target::Uri, "uri"),
             _ => return Err(bad("`ref.type` must be ref/prompt or ref/resource")),
         };
-        let value = reference.get_str(key).ok_or_else(|| bad("`ref` lacks its name or uri"))?;
+        let value = reference
+            .get_str(key)
+            .ok_or_else(|| bad("`ref` lacks its name or uri"))?;
         let route = match target {
             Target::Uri => self.0.ns.route_uri(&value),
             Target::Name => self.0.ns.route_name(&value),
@@ -126,10 +140,13 @@ impl Router {
 }
 
 /// A required string parameter.
-fn required_str<'o>(params: &'o RawObject<'_>, key: &str) -> Result<std::borrow::Cow<'o, str>, Error> {
-    params
-        .get_str(key)
-        .ok_or_else(|| DownstreamError::InvalidParams(format!("missing or non-string `{key}`")).into())
+fn required_str<'o>(
+    params: &'o RawObject<'_>,
+    key: &str,
+) -> Result<std::borrow::Cow<'o, str>, Error> {
+    params.get_str(key).ok_or_else(|| {
+        DownstreamError::InvalidParams(format!("missing or non-string `{key}`")).into()
+    })
 }
 
 /// Whether an upstream error means "not found": -32602 (2026-07-28; for a read, whose only

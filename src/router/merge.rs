@@ -28,18 +28,30 @@ pub struct ListKind {
     pub capability: &'static str,
 }
 
-pub const RESOURCES: ListKind =
-    ListKind { method: m::RESOURCES_LIST, items: "resources", field: Field::Uri("uri"), capability: "resources" };
+pub const RESOURCES: ListKind = ListKind {
+    method: m::RESOURCES_LIST,
+    items: "resources",
+    field: Field::Uri("uri"),
+    capability: "resources",
+};
 pub const TEMPLATES: ListKind = ListKind {
     method: m::RESOURCES_TEMPLATES_LIST,
     items: "resourceTemplates",
     field: Field::Uri("uriTemplate"),
     capability: "resources",
 };
-pub const TOOLS: ListKind =
-    ListKind { method: m::TOOLS_LIST, items: "tools", field: Field::Name("name"), capability: "tools" };
-pub const PROMPTS: ListKind =
-    ListKind { method: m::PROMPTS_LIST, items: "prompts", field: Field::Name("name"), capability: "prompts" };
+pub const TOOLS: ListKind = ListKind {
+    method: m::TOOLS_LIST,
+    items: "tools",
+    field: Field::Name("name"),
+    capability: "tools",
+};
+pub const PROMPTS: ListKind = ListKind {
+    method: m::PROMPTS_LIST,
+    items: "prompts",
+    field: Field::Name("name"),
+    capability: "prompts",
+};
 
 /// Why one upstream's page is missing.
 enum PageError {
@@ -51,7 +63,12 @@ enum PageError {
 impl Router {
     pub(super) async fn list(&self, call: &Call<'_>, kind: &ListKind) -> Result<Answer, Error> {
         let positions = self.positions(call, kind)?;
-        let pages = join_all(positions.iter().map(|(index, cursor)| self.page(call, kind, *index, cursor.as_deref()))).await;
+        let pages = join_all(
+            positions
+                .iter()
+                .map(|(index, cursor)| self.page(call, kind, *index, cursor.as_deref())),
+        )
+        .await;
 
         let mut items = Vec::new();
         let mut next: Positions = Vec::new();
@@ -74,7 +91,9 @@ impl Router {
                     if upstream.config().on_error == OnError::FailClosed {
                         return match e {
                             PageError::Failed(u) => Err(u.into()),
-                            PageError::Answered(r) => Ok(Answer::error(rewrite::error(r, &self.0.ns, *index))),
+                            PageError::Answered(r) => {
+                                Ok(Answer::error(rewrite::error(r, &self.0.ns, *index)))
+                            }
                             PageError::Malformed(reason) => Err(UpstreamError::Protocol {
                                 upstream: upstream.name().to_owned(),
                                 reason,
@@ -87,12 +106,19 @@ impl Router {
             }
         }
         // A page no upstream contributed to is not worth caching.
-        let hints = hints.unwrap_or(Hints { ttl_ms: 0, public: false });
+        let hints = hints.unwrap_or(Hints {
+            ttl_ms: 0,
+            public: false,
+        });
         Ok(Answer::result(self.page_result(kind, &items, &next, hints)))
     }
 
     /// Upstream indices and cursors for this request.
-    fn positions(&self, call: &Call<'_>, kind: &ListKind) -> Result<Vec<(usize, Option<String>)>, Error> {
+    fn positions(
+        &self,
+        call: &Call<'_>,
+        kind: &ListKind,
+    ) -> Result<Vec<(usize, Option<String>)>, Error> {
         let Some(raw) = call.params.get("cursor") else {
             return Ok(self
                 .0
@@ -103,20 +129,36 @@ impl Router {
                 .map(|(i, _)| (i, None))
                 .collect());
         };
-        let bad = |why: String| Error::from(DownstreamError::InvalidParams(format!("invalid cursor: {why}")));
+        let bad = |why: String| {
+            Error::from(DownstreamError::InvalidParams(format!(
+                "invalid cursor: {why}"
+            )))
+        };
         let token = raw_str(raw).ok_or_else(|| bad("not a string".into()))?;
-        let positions = self.0.cursors.decode(kind.method, &token).map_err(|e| bad(e.to_string()))?;
+        let positions = self
+            .0
+            .cursors
+            .decode(kind.method, &token)
+            .map_err(|e| bad(e.to_string()))?;
         positions
             .into_iter()
             .map(|(name, cursor)| {
                 let index = self.0.upstreams.iter().position(|u| u.name() == name);
-                index.map(|i| (i, cursor)).ok_or_else(|| bad(format!("unknown upstream `{name}`")))
+                index
+                    .map(|i| (i, cursor))
+                    .ok_or_else(|| bad(format!("unknown upstream `{name}`")))
             })
             .collect()
     }
 
     /// Fetches one upstream's page.
-    async fn page(&self, call: &Call<'_>, kind: &ListKind, index: usize, cursor: Option<&str>) -> Result<Bytes, PageError> {
+    async fn page(
+        &self,
+        call: &Call<'_>,
+        kind: &ListKind,
+        index: usize,
+        cursor: Option<&str>,
+    ) -> Result<Bytes, PageError> {
         let upstream = &self.0.upstreams[index];
         let params = call.upstream_params(upstream, |p| match cursor {
             Some(c) => p.set_string("cursor", c),
@@ -146,7 +188,11 @@ impl Router {
         let next = match page.get("nextCursor") {
             None => None,
             Some(raw) if raw.get() == "null" => None,
-            Some(raw) => Some(raw_str(raw).ok_or_else(|| malformed("nextCursor is not a string".into()))?.into_owned()),
+            Some(raw) => Some(
+                raw_str(raw)
+                    .ok_or_else(|| malformed("nextCursor is not a string".into()))?
+                    .into_owned(),
+            ),
         };
         Ok((Hints::of(&page, self.0.upstreams[index].config()), next))
     }

@@ -10,12 +10,6 @@ pub const URI_SEP: char = '+';
 /// Separator between prefix and a tool or prompt name.
 pub const NAME_SEP: &str = "__";
 
-/// The prefix of each upstream, in config order.
-#[derive(Debug, Clone)]
-pub struct Namespace {
-    prefixes: Vec<Option<String>>,
-}
-
 /// Where a downstream URI or name goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route<'a> {
@@ -25,10 +19,17 @@ pub enum Route<'a> {
     Unprefixed(&'a [usize], &'a str),
 }
 
+/// The prefix of each upstream, in config order, and the unprefixed upstreams.
+#[derive(Debug, Clone)]
+pub struct Namespace {
+    prefixes: Vec<Option<String>>,
+    unprefixed: Vec<usize>,
+}
+
 impl Namespace {
     /// `upstreams` is `(name, prefix wanted)` in config order. Prefixes apply only when there
     /// is more than one upstream.
-    pub fn new(upstreams: &[(String, bool)]) -> NamespaceTable {
+    pub fn new(upstreams: &[(String, bool)]) -> Self {
         let several = upstreams.len() > 1;
         let prefixes: Vec<Option<String>> = upstreams
             .iter()
@@ -40,26 +41,20 @@ impl Namespace {
             .filter(|(_, p)| p.is_none())
             .map(|(i, _)| i)
             .collect();
-        NamespaceTable { ns: Namespace { prefixes }, unprefixed }
+        Self {
+            prefixes,
+            unprefixed,
+        }
     }
-}
 
-/// A [`Namespace`] plus the precomputed list of unprefixed upstreams.
-#[derive(Debug, Clone)]
-pub struct NamespaceTable {
-    ns: Namespace,
-    unprefixed: Vec<usize>,
-}
-
-impl NamespaceTable {
     /// The prefix of upstream `index`, if it has one.
     pub fn prefix(&self, index: usize) -> Option<&str> {
-        self.ns.prefixes.get(index).and_then(|p| p.as_deref())
+        self.prefixes.get(index).and_then(|p| p.as_deref())
     }
 
     /// Whether any upstream is prefixed (so results need rewriting).
     pub fn any_prefixed(&self) -> bool {
-        self.ns.prefixes.iter().any(Option::is_some)
+        self.prefixes.iter().any(Option::is_some)
     }
 
     /// Routes a downstream resource URI (or URI template).
@@ -72,8 +67,12 @@ impl NamespaceTable {
         self.route(name, |p| name.strip_prefix(p)?.strip_prefix(NAME_SEP))
     }
 
-    fn route<'a>(&'a self, value: &'a str, strip: impl Fn(&str) -> Option<&'a str>) -> Option<Route<'a>> {
-        for (i, p) in self.ns.prefixes.iter().enumerate() {
+    fn route<'a>(
+        &'a self,
+        value: &'a str,
+        strip: impl Fn(&str) -> Option<&'a str>,
+    ) -> Option<Route<'a>> {
+        for (i, p) in self.prefixes.iter().enumerate() {
             if let Some(p) = p
                 && let Some(rest) = strip(p)
             {
@@ -105,7 +104,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn table(specs: &[(&str, bool)]) -> NamespaceTable {
+    fn table(specs: &[(&str, bool)]) -> Namespace {
         let v: Vec<(String, bool)> = specs.iter().map(|(n, p)| (n.to_string(), *p)).collect();
         Namespace::new(&v)
     }
@@ -114,7 +113,10 @@ mod tests {
     fn single_upstream_passes_through() {
         let t = table(&[("docs", true)]);
         assert_eq!(t.uri_out(0, "file:///a"), "file:///a");
-        assert_eq!(t.route_uri("file:///a"), Some(Route::Unprefixed(&[0], "file:///a")));
+        assert_eq!(
+            t.route_uri("file:///a"),
+            Some(Route::Unprefixed(&[0], "file:///a"))
+        );
     }
 
     #[test]
@@ -122,9 +124,15 @@ mod tests {
         let t = table(&[("docs", true), ("fs", false), ("git", true)]);
         assert_eq!(t.uri_out(0, "file:///a"), "docs+file:///a");
         assert_eq!(t.name_out(2, "log"), "git__log");
-        assert_eq!(t.route_uri("docs+file:///a"), Some(Route::Prefixed(0, "file:///a")));
+        assert_eq!(
+            t.route_uri("docs+file:///a"),
+            Some(Route::Prefixed(0, "file:///a"))
+        );
         assert_eq!(t.route_name("git__log"), Some(Route::Prefixed(2, "log")));
-        assert_eq!(t.route_uri("file:///b"), Some(Route::Unprefixed(&[1], "file:///b")));
+        assert_eq!(
+            t.route_uri("file:///b"),
+            Some(Route::Unprefixed(&[1], "file:///b"))
+        );
         let all = table(&[("a", true), ("b", true)]);
         assert_eq!(all.route_uri("c+x:y"), None);
     }

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::namespace::NamespaceTable;
+use super::namespace::Namespace;
 use crate::jsonrpc::{RawObject, RpcError};
 
 /// Which field of a list item carries its identity, and how it is namespaced.
@@ -16,7 +16,7 @@ pub enum Field {
     Name(&'static str),
 }
 
-fn out_of(field: Field, ns: &NamespaceTable, index: usize, value: &str) -> String {
+fn out_of(field: Field, ns: &Namespace, index: usize, value: &str) -> String {
     match field {
         Field::Uri(_) => ns.uri_out(index, value).into_owned(),
         Field::Name(_) => ns.name_out(index, value).into_owned(),
@@ -34,7 +34,7 @@ fn key_of(field: Field) -> &'static str {
 pub fn list_items(
     array: &RawValue,
     field: Field,
-    ns: &NamespaceTable,
+    ns: &Namespace,
     index: usize,
     out: &mut Vec<u8>,
 ) -> Result<usize, String> {
@@ -49,7 +49,9 @@ pub fn list_items(
             continue;
         }
         let mut obj = RawObject::parse(item).map_err(|e| e.to_string())?;
-        let value = obj.get_str(key).ok_or_else(|| format!("list item without `{key}`"))?;
+        let value = obj
+            .get_str(key)
+            .ok_or_else(|| format!("list item without `{key}`"))?;
         let renamed = out_of(field, ns, index, &value);
         obj.set_string(key, &renamed);
         obj.write_to(out);
@@ -58,7 +60,7 @@ pub fn list_items(
 }
 
 /// Namespaces `contents[].uri` of a `resources/read` result.
-pub fn read_result(result: &Bytes, ns: &NamespaceTable, index: usize) -> Result<Bytes, String> {
+pub fn read_result(result: &Bytes, ns: &Namespace, index: usize) -> Result<Bytes, String> {
     if ns.prefix(index).is_none() {
         return Ok(result.clone());
     }
@@ -82,7 +84,7 @@ pub fn read_result(result: &Bytes, ns: &NamespaceTable, index: usize) -> Result<
 
 /// Namespaces resource URIs inside content blocks of a `tools/call` or `prompts/get` result:
 /// `resource_link.uri` and embedded `resource.uri`.
-pub fn content_result(result: &Bytes, ns: &NamespaceTable, index: usize) -> Result<Bytes, String> {
+pub fn content_result(result: &Bytes, ns: &Namespace, index: usize) -> Result<Bytes, String> {
     if ns.prefix(index).is_none() {
         return Ok(result.clone());
     }
@@ -104,23 +106,29 @@ pub fn content_result(result: &Bytes, ns: &NamespaceTable, index: usize) -> Resu
     if !changed {
         return Ok(result.clone());
     }
-    serde_json::to_vec(&v).map(Bytes::from).map_err(|e| e.to_string())
+    serde_json::to_vec(&v)
+        .map(Bytes::from)
+        .map_err(|e| e.to_string())
 }
 
-fn rewrite_block(block: &mut Value, ns: &NamespaceTable, index: usize) -> bool {
+fn rewrite_block(block: &mut Value, ns: &Namespace, index: usize) -> bool {
     let target = match block.get("type").and_then(Value::as_str) {
         Some("resource_link") => Some(block),
         Some("resource") => block.get_mut("resource"),
         _ => None,
     };
-    let Some(obj) = target.and_then(Value::as_object_mut) else { return false };
-    let Some(Value::String(uri)) = obj.get_mut("uri") else { return false };
+    let Some(obj) = target.and_then(Value::as_object_mut) else {
+        return false;
+    };
+    let Some(Value::String(uri)) = obj.get_mut("uri") else {
+        return false;
+    };
     *uri = ns.uri_out(index, uri).into_owned();
     true
 }
 
 /// Namespaces `data.uri` of a relayed error.
-pub fn error(mut err: RpcError, ns: &NamespaceTable, index: usize) -> RpcError {
+pub fn error(mut err: RpcError, ns: &Namespace, index: usize) -> RpcError {
     if let Some(Value::String(uri)) = err.data.as_mut().and_then(|d| d.get_mut("uri")) {
         *uri = ns.uri_out(index, uri).into_owned();
     }
@@ -132,7 +140,7 @@ mod tests {
     use super::*;
     use crate::router::namespace::Namespace;
 
-    fn ns() -> NamespaceTable {
+    fn ns() -> Namespace {
         Namespace::new(&[("docs".into(), true), ("fs".into(), true)])
     }
 
@@ -150,8 +158,14 @@ mod tests {
     fn list_items_by_field() {
         let raw = crate::jsonrpc::parse_raw(r#"[{"name":"echo","x":1},{"name":"add"}]"#).unwrap();
         let mut out = Vec::new();
-        assert_eq!(list_items(raw, Field::Name("name"), &ns(), 0, &mut out).unwrap(), 2);
-        assert_eq!(std::str::from_utf8(&out).unwrap(), r#"{"name":"docs__echo","x":1},{"name":"docs__add"}"#);
+        assert_eq!(
+            list_items(raw, Field::Name("name"), &ns(), 0, &mut out).unwrap(),
+            2
+        );
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"name":"docs__echo","x":1},{"name":"docs__add"}"#
+        );
     }
 
     #[test]

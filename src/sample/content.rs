@@ -90,25 +90,89 @@ pub struct Doc {
 }
 
 const DOCS: &[(&str, &str, &str)] = &[
-    ("getting-started", "Getting started", "# Getting started\n\nInstall the CLI with `cargo install acme`, then run `acme init` in an empty directory. The wizard asks for a project name and a region, writes `acme.toml`, and prints the next steps.\n\n## Requirements\n\n- Linux or macOS\n- 2 GiB of free memory\n- Network access to your package registry\n"),
-    ("configuration", "Configuration reference", "# Configuration\n\n`acme.toml` holds every setting. Unknown keys are an error.\n\n| key | default | meaning |\n|---|---|---|\n| `region` | `eu-west` | where jobs run |\n| `workers` | `4` | parallel workers |\n| `retry.max` | `3` | attempts per job |\n"),
-    ("architecture", "Architecture overview", "# Architecture\n\nRequests enter through the gateway, which authenticates them and places jobs on the queue. Workers pull jobs, run them in a sandbox, and write results to object storage. The scheduler scales workers on queue depth.\n"),
-    ("runbook-oncall", "On-call runbook", "# On-call runbook\n\n1. Check the queue depth dashboard.\n2. If depth grows for more than 10 minutes, scale workers: `acme scale --workers +4`.\n3. If jobs fail with `E_SANDBOX`, drain the node and page the platform team.\n"),
-    ("changelog", "Changelog", "# Changelog\n\n## 2.3.0\n- Jobs can declare a timeout.\n- `acme logs --follow` streams logs.\n\n## 2.2.1\n- Fixed a leak in the worker pool.\n"),
-    ("api/jobs", "Jobs API", "# Jobs API\n\n`POST /v1/jobs` submits a job: `{\"image\": \"…\", \"args\": [\"…\"]}`. `GET /v1/jobs/{id}` returns its status: `queued`, `running`, `done` or `failed`.\n"),
-    ("api/auth", "Authentication", "# Authentication\n\nEvery API call carries `Authorization: Bearer <token>`. Tokens are minted with `acme token create --scope jobs:write` and expire after 30 days.\n"),
-    ("faq", "FAQ", "# FAQ\n\n**Can I run jobs on GPUs?** Yes, set `resources.gpu = 1`.\n\n**Where are logs kept?** For 14 days in object storage.\n"),
-    ("security", "Security model", "# Security model\n\nJobs run in gVisor sandboxes with no network by default. Secrets are mounted read-only and never logged.\n"),
-    ("limits", "Quotas and limits", "# Limits\n\n- 1,000 queued jobs per project\n- 24 h maximum job duration\n- 10 GiB of output per job\n"),
+    (
+        "getting-started",
+        "Getting started",
+        "# Getting started\n\nInstall the CLI with `cargo install acme`, then run `acme init` in an empty directory. The wizard asks for a project name and a region, writes `acme.toml`, and prints the next steps.\n\n## Requirements\n\n- Linux or macOS\n- 2 GiB of free memory\n- Network access to your package registry\n",
+    ),
+    (
+        "configuration",
+        "Configuration reference",
+        "# Configuration\n\n`acme.toml` holds every setting. Unknown keys are an error.\n\n| key | default | meaning |\n|---|---|---|\n| `region` | `eu-west` | where jobs run |\n| `workers` | `4` | parallel workers |\n| `retry.max` | `3` | attempts per job |\n",
+    ),
+    (
+        "architecture",
+        "Architecture overview",
+        "# Architecture\n\nRequests enter through the gateway, which authenticates them and places jobs on the queue. Workers pull jobs, run them in a sandbox, and write results to object storage. The scheduler scales workers on queue depth.\n",
+    ),
+    (
+        "runbook-oncall",
+        "On-call runbook",
+        "# On-call runbook\n\n1. Check the queue depth dashboard.\n2. If depth grows for more than 10 minutes, scale workers: `acme scale --workers +4`.\n3. If jobs fail with `E_SANDBOX`, drain the node and page the platform team.\n",
+    ),
+    (
+        "changelog",
+        "Changelog",
+        "# Changelog\n\n## 2.3.0\n- Jobs can declare a timeout.\n- `acme logs --follow` streams logs.\n\n## 2.2.1\n- Fixed a leak in the worker pool.\n",
+    ),
+    (
+        "api/jobs",
+        "Jobs API",
+        "# Jobs API\n\n`POST /v1/jobs` submits a job: `{\"image\": \"…\", \"args\": [\"…\"]}`. `GET /v1/jobs/{id}` returns its status: `queued`, `running`, `done` or `failed`.\n",
+    ),
+    (
+        "api/auth",
+        "Authentication",
+        "# Authentication\n\nEvery API call carries `Authorization: Bearer <token>`. Tokens are minted with `acme token create --scope jobs:write` and expire after 30 days.\n",
+    ),
+    (
+        "faq",
+        "FAQ",
+        "# FAQ\n\n**Can I run jobs on GPUs?** Yes, set `resources.gpu = 1`.\n\n**Where are logs kept?** For 14 days in object storage.\n",
+    ),
+    (
+        "security",
+        "Security model",
+        "# Security model\n\nJobs run in gVisor sandboxes with no network by default. Secrets are mounted read-only and never logged.\n",
+    ),
+    (
+        "limits",
+        "Quotas and limits",
+        "# Limits\n\n- 1,000 queued jobs per project\n- 24 h maximum job duration\n- 10 GiB of output per job\n",
+    ),
 ];
 
 const NOTES: &[(&str, &str, &str)] = &[
-    ("2026-11-02-standup", "Stand-up, 2 Nov", "- Ana: finishing the queue metrics.\n- Ben: on-call, two pages overnight (disk pressure on worker-7).\n- Chen: reviewing the retry-policy RFC.\n"),
-    ("2026-11-09-retro", "Retro, 9 Nov", "Went well: release 2.3 shipped on time.\nTo improve: flaky integration tests; alert noise.\nActions: quarantine flaky tests (Ben), tune disk alerts (Ana).\n"),
-    ("rfc-retry-policy", "RFC: retry policy", "Proposal: exponential backoff with full jitter, base 200 ms, cap 30 s, at most 3 attempts, no retry on 4xx.\nOpen question: should timeouts count as attempts?\n"),
-    ("incident-2026-10-28", "Incident 28 Oct", "Impact: 14 minutes of failed job submissions.\nCause: expired TLS certificate on the gateway.\nFollow-up: certificate expiry alert at 14 days.\n"),
-    ("hiring-plan", "Hiring plan", "Two backend engineers in Q1, one SRE in Q2. Interview loop: systems design, coding, on-call scenario.\n"),
-    ("ideas", "Ideas backlog", "- Job templates\n- Per-team cost reports\n- Preemptible workers for batch jobs\n"),
+    (
+        "2026-11-02-standup",
+        "Stand-up, 2 Nov",
+        "- Ana: finishing the queue metrics.\n- Ben: on-call, two pages overnight (disk pressure on worker-7).\n- Chen: reviewing the retry-policy RFC.\n",
+    ),
+    (
+        "2026-11-09-retro",
+        "Retro, 9 Nov",
+        "Went well: release 2.3 shipped on time.\nTo improve: flaky integration tests; alert noise.\nActions: quarantine flaky tests (Ben), tune disk alerts (Ana).\n",
+    ),
+    (
+        "rfc-retry-policy",
+        "RFC: retry policy",
+        "Proposal: exponential backoff with full jitter, base 200 ms, cap 30 s, at most 3 attempts, no retry on 4xx.\nOpen question: should timeouts count as attempts?\n",
+    ),
+    (
+        "incident-2026-10-28",
+        "Incident 28 Oct",
+        "Impact: 14 minutes of failed job submissions.\nCause: expired TLS certificate on the gateway.\nFollow-up: certificate expiry alert at 14 days.\n",
+    ),
+    (
+        "hiring-plan",
+        "Hiring plan",
+        "Two backend engineers in Q1, one SRE in Q2. Interview loop: systems design, coding, on-call scenario.\n",
+    ),
+    (
+        "ideas",
+        "Ideas backlog",
+        "- Job templates\n- Per-team cost reports\n- Preemptible workers for batch jobs\n",
+    ),
 ];
 
 impl SampleSpec {
@@ -148,7 +212,9 @@ impl SampleSpec {
 /// `size` bytes of deterministic text for item `i`.
 fn filler(i: usize, size: usize) -> String {
     let mut s = format!("item {i}: ");
-    let words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"];
+    let words = [
+        "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",
+    ];
     let mut k = i;
     while s.len() < size {
         s.push_str(words[k % words.len()]);

@@ -52,7 +52,11 @@ pub struct Listen {
 impl Sample {
     pub fn new(spec: SampleSpec) -> Self {
         let docs = spec.docs_list();
-        let by_uri = docs.iter().enumerate().map(|(i, d)| (spec.uri(&d.path), i)).collect();
+        let by_uri = docs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (spec.uri(&d.path), i))
+            .collect();
         let status_uri = spec.uri("status");
         Self(Arc::new(Inner {
             docs,
@@ -74,7 +78,13 @@ impl Sample {
 
     /// Requests received for `method`.
     pub fn count(&self, method: &str) -> u64 {
-        self.0.counts.lock().expect("counts").get(method).copied().unwrap_or(0)
+        self.0
+            .counts
+            .lock()
+            .expect("counts")
+            .get(method)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Requests received, all methods.
@@ -116,7 +126,9 @@ impl Sample {
 
     /// Changes `status` periodically when the spec asks for it, until `cancel`.
     pub fn start_ticking(&self, cancel: CancellationToken) {
-        let Some(period) = self.0.spec.tick else { return };
+        let Some(period) = self.0.spec.tick else {
+            return;
+        };
         let me = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(period);
@@ -132,7 +144,13 @@ impl Sample {
 
     /// Serves one request.
     pub async fn handle(&self, method: &str, params: &RawObject<'_>) -> Handled {
-        *self.0.counts.lock().expect("counts").entry(method.to_owned()).or_default() += 1;
+        *self
+            .0
+            .counts
+            .lock()
+            .expect("counts")
+            .entry(method.to_owned())
+            .or_default() += 1;
         if !self.0.spec.delay.is_zero() {
             tokio::time::sleep(self.0.spec.delay).await;
         }
@@ -147,17 +165,30 @@ impl Sample {
             m::PROMPTS_GET => self.prompt(params),
             m::COMPLETE => self.complete(params),
             m::LISTEN => self.listen(params),
-            other => Handled::Error(RpcError::new(code::METHOD_NOT_FOUND, format!("Method not found: {other}"))),
+            other => Handled::Error(RpcError::new(
+                code::METHOD_NOT_FOUND,
+                format!("Method not found: {other}"),
+            )),
         }
     }
 
     fn finish(&self, mut result: Value, cacheable: bool) -> Value {
         let obj = result.as_object_mut().expect("results are objects");
         obj.insert("resultType".into(), json!("complete"));
-        obj.insert("_meta".into(), json!({ mcp::META_SERVER_INFO: { "name": self.0.spec.name, "version": "1.0.0" } }));
+        obj.insert(
+            "_meta".into(),
+            json!({ mcp::META_SERVER_INFO: { "name": self.0.spec.name, "version": "1.0.0" } }),
+        );
         if cacheable {
             obj.insert("ttlMs".into(), json!(self.0.spec.ttl_ms));
-            obj.insert("cacheScope".into(), json!(if self.0.spec.public { "public" } else { "private" }));
+            obj.insert(
+                "cacheScope".into(),
+                json!(if self.0.spec.public {
+                    "public"
+                } else {
+                    "private"
+                }),
+            );
         }
         result
     }
@@ -186,14 +217,18 @@ impl Sample {
                        "mimeType": d.mime, "size": d.text.len()})
             })
             .collect();
-        out.push(json!({"uri": self.0.status_uri, "name": "status", "title": "Live status",
-                        "description": "Changes periodically", "mimeType": "text/plain"}));
+        out.push(
+            json!({"uri": self.0.status_uri, "name": "status", "title": "Live status",
+                        "description": "Changes periodically", "mimeType": "text/plain"}),
+        );
         out
     }
 
     fn templates(&self) -> Vec<Value> {
-        vec![json!({"uriTemplate": format!("{}://{{path}}", self.0.spec.scheme), "name": "by-path",
-                    "title": "Any document by path", "mimeType": "text/plain"})]
+        vec![
+            json!({"uriTemplate": format!("{}://{{path}}", self.0.spec.scheme), "name": "by-path",
+                    "title": "Any document by path", "mimeType": "text/plain"}),
+        ]
     }
 
     fn tools(&self) -> Vec<Value> {
@@ -212,8 +247,10 @@ impl Sample {
     }
 
     fn prompts(&self) -> Vec<Value> {
-        vec![json!({"name": "summarize", "description": "Summarize a document",
-                    "arguments": [{"name": "uri", "required": true}]})]
+        vec![
+            json!({"name": "summarize", "description": "Summarize a document",
+                    "arguments": [{"name": "uri", "required": true}]}),
+        ]
     }
 
     fn page(&self, params: &RawObject<'_>, key: &str, items: Vec<Value>) -> Handled {
@@ -235,9 +272,15 @@ impl Sample {
     fn text_of(&self, uri: &str) -> Option<(String, &'static str)> {
         if uri == self.0.status_uri {
             let v = self.0.status.load(Ordering::Relaxed);
-            return Some((format!("status version {v}: all systems nominal"), "text/plain"));
+            return Some((
+                format!("status version {v}: all systems nominal"),
+                "text/plain",
+            ));
         }
-        self.0.by_uri.get(uri).map(|&i| (self.0.docs[i].text.clone(), self.0.docs[i].mime))
+        self.0
+            .by_uri
+            .get(uri)
+            .map(|&i| (self.0.docs[i].text.clone(), self.0.docs[i].mime))
     }
 
     fn read(&self, params: &RawObject<'_>) -> Handled {
@@ -259,14 +302,21 @@ impl Sample {
             .and_then(|a| serde_json::from_str(a.get()).ok())
             .unwrap_or(json!({}));
         let result = match params.get_str("name").as_deref() {
-            Some("echo") => json!({"content": [{"type": "text", "text": args["text"].as_str().unwrap_or("")}]}),
+            Some("echo") => {
+                json!({"content": [{"type": "text", "text": args["text"].as_str().unwrap_or("")}]})
+            }
             Some("add") => {
-                let (a, b) = (args["a"].as_i64().unwrap_or(0), args["b"].as_i64().unwrap_or(0));
+                let (a, b) = (
+                    args["a"].as_i64().unwrap_or(0),
+                    args["b"].as_i64().unwrap_or(0),
+                );
                 json!({"content": [{"type": "text", "text": (a + b).to_string()}], "structuredContent": {"sum": a + b}})
             }
             Some("link") => {
                 let Some(first) = self.0.docs.first() else {
-                    return Handled::Result(self.finish(json!({"content": [], "isError": true}), false));
+                    return Handled::Result(
+                        self.finish(json!({"content": [], "isError": true}), false),
+                    );
                 };
                 let uri = self.0.spec.uri(&first.path);
                 json!({"content": [
@@ -313,8 +363,20 @@ impl Sample {
             .unwrap_or(json!({}));
         let prefix = arg["value"].as_str().unwrap_or("");
         let values: Vec<String> = match arg["name"].as_str() {
-            Some("path") => self.0.docs.iter().map(|d| d.path.clone()).filter(|p| p.starts_with(prefix)).collect(),
-            Some("uri") => self.0.by_uri.keys().filter(|u| u.starts_with(prefix)).cloned().collect(),
+            Some("path") => self
+                .0
+                .docs
+                .iter()
+                .map(|d| d.path.clone())
+                .filter(|p| p.starts_with(prefix))
+                .collect(),
+            Some("uri") => self
+                .0
+                .by_uri
+                .keys()
+                .filter(|u| u.starts_with(prefix))
+                .cloned()
+                .collect(),
             _ => Vec::new(),
         };
         let total = values.len();
@@ -333,11 +395,19 @@ impl Sample {
             .and_then(|n| serde_json::from_str(n.get()).ok())
             .unwrap_or(Value::Null);
         if !filter.is_object() {
-            return Handled::Error(RpcError::new(code::INVALID_PARAMS, "missing notifications filter"));
+            return Handled::Error(RpcError::new(
+                code::INVALID_PARAMS,
+                "missing notifications filter",
+            ));
         }
         let uris: Vec<String> = filter["resourceSubscriptions"]
             .as_array()
-            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
             .unwrap_or_default();
         let list_changed = filter["resourcesListChanged"].as_bool() == Some(true);
         let mut ack = serde_json::Map::new();
@@ -347,7 +417,11 @@ impl Sample {
         if list_changed {
             ack.insert("resourcesListChanged".into(), json!(true));
         }
-        Handled::Listen(Listen { ack: Value::Object(ack), uris, resources_list_changed: list_changed })
+        Handled::Listen(Listen {
+            ack: Value::Object(ack),
+            uris,
+            resources_list_changed: list_changed,
+        })
     }
 }
 

@@ -39,7 +39,11 @@ impl SampleHttp {
         let cancel = CancellationToken::new();
         sample.start_ticking(cancel.clone());
         tokio::spawn(accept(listener, sample.clone(), cancel.clone()));
-        Ok(Self { addr, sample, cancel })
+        Ok(Self {
+            addr,
+            sample,
+            cancel,
+        })
     }
 
     /// The MCP endpoint URL.
@@ -79,7 +83,11 @@ async fn accept(listener: TcpListener, sample: Sample, cancel: CancellationToken
     }
 }
 
-async fn serve(sample: &Sample, req: Request<hyper::body::Incoming>, cancel: CancellationToken) -> Resp {
+async fn serve(
+    sample: &Sample,
+    req: Request<hyper::body::Incoming>,
+    cancel: CancellationToken,
+) -> Resp {
     if req.uri().path() != "/mcp" {
         return status(StatusCode::NOT_FOUND);
     }
@@ -87,10 +95,16 @@ async fn serve(sample: &Sample, req: Request<hyper::body::Incoming>, cancel: Can
         return status(StatusCode::METHOD_NOT_ALLOWED);
     }
     let (parts, body) = req.into_parts();
-    let Ok(body) = Limited::new(body, 1 << 20).collect().await.map(|b| b.to_bytes()) else {
+    let Ok(body) = Limited::new(body, 1 << 20)
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+    else {
         return status(StatusCode::PAYLOAD_TOO_LARGE);
     };
-    let Ok(text) = std::str::from_utf8(&body) else { return status(StatusCode::BAD_REQUEST) };
+    let Ok(text) = std::str::from_utf8(&body) else {
+        return status(StatusCode::BAD_REQUEST);
+    };
     let msg = match Incoming::parse(text) {
         Ok(m) => m,
         Err(e) => return rejected(validate::message_error(e)),
@@ -101,7 +115,10 @@ async fn serve(sample: &Sample, req: Request<hyper::body::Incoming>, cancel: Can
         Err(r) => return rejected(r),
     };
     match sample.handle(checked.method, &checked.params).await {
-        Handled::Result(v) => json(StatusCode::OK, encode_result(&checked.id, &serde_json::to_vec(&v).expect("json"))),
+        Handled::Result(v) => json(
+            StatusCode::OK,
+            encode_result(&checked.id, &serde_json::to_vec(&v).expect("json")),
+        ),
         Handled::Error(e) => json(StatusCode::OK, encode_error(Some(&checked.id), &e)),
         Handled::Listen(listen) => listen_stream(sample, checked.id, listen, cancel),
     }
@@ -109,7 +126,12 @@ async fn serve(sample: &Sample, req: Request<hyper::body::Incoming>, cancel: Can
 
 /// An SSE response: the acknowledgment, then an update per change of a subscribed URI, with
 /// keep-alive comments; it ends when the client goes away or the server stops.
-fn listen_stream(sample: &Sample, id: RequestId, listen: Listen, cancel: CancellationToken) -> Resp {
+fn listen_stream(
+    sample: &Sample,
+    id: RequestId,
+    listen: Listen,
+    cancel: CancellationToken,
+) -> Resp {
     // Bounded: a client that stops reading stalls only its own stream.
     let (tx, mut rx) = mpsc::channel::<Bytes>(64);
     let mut updates = sample.subscribe_updates();
@@ -118,7 +140,11 @@ fn listen_stream(sample: &Sample, id: RequestId, listen: Listen, cancel: Cancell
     tokio::spawn(async move {
         let _guard = guard;
         let send = |text: String| Bytes::from(format!("data: {text}\n\n"));
-        if tx.send(send(ack_notification(&sub_id, &listen.ack))).await.is_err() {
+        if tx
+            .send(send(ack_notification(&sub_id, &listen.ack)))
+            .await
+            .is_err()
+        {
             return;
         }
         let mut keepalive = tokio::time::interval(Duration::from_secs(15));
@@ -139,11 +165,14 @@ fn listen_stream(sample: &Sample, id: RequestId, listen: Listen, cancel: Cancell
         }
     });
     let body = StreamBody::new(futures_util::stream::poll_fn(move |cx| {
-        rx.poll_recv(cx).map(|o| o.map(|b| Ok::<_, Infallible>(Frame::data(b))))
+        rx.poll_recv(cx)
+            .map(|o| o.map(|b| Ok::<_, Infallible>(Frame::data(b))))
     }));
     let mut resp = Response::new(BodyExt::boxed(body));
-    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    resp.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    resp.headers_mut()
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
     resp
 }
 
@@ -155,7 +184,8 @@ fn rejected(r: validate::Rejected) -> Resp {
 fn json(code: StatusCode, body: Bytes) -> Resp {
     let mut resp = Response::new(Full::new(body).boxed());
     *resp.status_mut() = code;
-    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
 }
 

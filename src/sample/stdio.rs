@@ -22,7 +22,9 @@ pub async fn serve_stdio(sample: Sample) -> std::io::Result<()> {
     let writer = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
         while let Some(line) = out_rx.recv().await {
-            if stdout.write_all(line.as_bytes()).await.is_err() || stdout.write_all(b"\n").await.is_err() {
+            if stdout.write_all(line.as_bytes()).await.is_err()
+                || stdout.write_all(b"\n").await.is_err()
+            {
                 break;
             }
             if out_rx.is_empty() && stdout.flush().await.is_err() {
@@ -37,7 +39,9 @@ pub async fn serve_stdio(sample: Sample) -> std::io::Result<()> {
         let msg = match Incoming::parse(&line) {
             Ok(m) => m,
             Err(e) => {
-                let _ = out.send(String::from_utf8_lossy(&encode_error(e.id(), &e.to_rpc())).into_owned()).await;
+                let _ = out
+                    .send(String::from_utf8_lossy(&encode_error(e.id(), &e.to_rpc())).into_owned())
+                    .await;
                 continue;
             }
         };
@@ -56,16 +60,24 @@ pub async fn serve_stdio(sample: Sample) -> std::io::Result<()> {
             Kind::Request => {
                 let id = msg.id.clone().expect("requests have ids");
                 let method = msg.method().to_owned();
-                let params = msg.params.map(|p| p.get().to_owned()).unwrap_or_else(|| "{}".into());
+                let params = msg
+                    .params
+                    .map(|p| p.get().to_owned())
+                    .unwrap_or_else(|| "{}".into());
                 let sample = sample.clone();
                 let out = out.clone();
                 let listens = listens.clone();
                 tokio::spawn(async move {
-                    let Ok(obj) = RawObject::parse_str(&params) else { return };
+                    let Ok(obj) = RawObject::parse_str(&params) else {
+                        return;
+                    };
                     let version = obj
                         .get("_meta")
                         .and_then(|m| RawObject::parse(m).ok())
-                        .and_then(|m| m.get_str(mcp::META_PROTOCOL_VERSION).map(|v| v.into_owned()));
+                        .and_then(|m| {
+                            m.get_str(mcp::META_PROTOCOL_VERSION)
+                                .map(|v| v.into_owned())
+                        });
                     let reply = match version.as_deref() {
                         None => encode_error(Some(&id), &RpcError::new(code::INVALID_PARAMS, "missing _meta protocolVersion")),
                         Some(v) if v != mcp::MODERN_VERSION => encode_error(

@@ -54,19 +54,34 @@ impl HttpTransport {
         headers: HeaderMap,
         max_message: usize,
     ) -> Self {
-        Self { name, client, uri, headers, max_message }
+        Self {
+            name,
+            client,
+            uri,
+            headers,
+            max_message,
+        }
     }
 
     fn err_unavailable(&self, reason: impl ToString) -> UpstreamError {
-        UpstreamError::Unavailable { upstream: self.name.clone(), reason: reason.to_string() }
+        UpstreamError::Unavailable {
+            upstream: self.name.clone(),
+            reason: reason.to_string(),
+        }
     }
 
     fn err_protocol(&self, reason: impl ToString) -> UpstreamError {
-        UpstreamError::Protocol { upstream: self.name.clone(), reason: reason.to_string() }
+        UpstreamError::Protocol {
+            upstream: self.name.clone(),
+            reason: reason.to_string(),
+        }
     }
 
     fn err_disconnected(&self, reason: impl ToString) -> UpstreamError {
-        UpstreamError::Disconnected { upstream: self.name.clone(), reason: reason.to_string() }
+        UpstreamError::Disconnected {
+            upstream: self.name.clone(),
+            reason: reason.to_string(),
+        }
     }
 
     /// Sends one request and waits for its response.
@@ -76,20 +91,31 @@ impl HttpTransport {
         body: Bytes,
         mirrored: &Mirrored<'_>,
     ) -> Result<Reply, UpstreamError> {
-        let mut req = Request::builder().method(Method::POST).uri(self.uri.clone());
+        let mut req = Request::builder()
+            .method(Method::POST)
+            .uri(self.uri.clone());
         let h = req.headers_mut().expect("builder is valid");
         h.extend(self.headers.clone());
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        h.insert(ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
+        h.insert(
+            ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
         h.insert(mcp::H_PROTOCOL_VERSION, header(mirrored.version));
         h.insert(mcp::H_METHOD, header(mirrored.method));
         if let Some(name) = mirrored.name {
             h.insert(mcp::H_NAME, header(&header_value::encode(name)));
         }
-        let req = req.body(Full::new(body)).map_err(|e| self.err_protocol(e))?;
+        let req = req
+            .body(Full::new(body))
+            .map_err(|e| self.err_protocol(e))?;
         let resp = self.client.request(req).await.map_err(|e| {
             // A connect error never reached the upstream; anything else may have.
-            if e.is_connect() { self.err_unavailable(e) } else { self.err_disconnected(e) }
+            if e.is_connect() {
+                self.err_unavailable(e)
+            } else {
+                self.err_disconnected(e)
+            }
         })?;
         let status = resp.status();
         let is_sse = resp
@@ -105,7 +131,10 @@ impl HttpTransport {
             .await
             .map_err(|e| {
                 if e.is::<http_body_util::LengthLimitError>() {
-                    UpstreamError::TooLarge { upstream: self.name.clone(), limit: self.max_message }
+                    UpstreamError::TooLarge {
+                        upstream: self.name.clone(),
+                        limit: self.max_message,
+                    }
                 } else {
                     self.err_disconnected(e)
                 }
@@ -114,9 +143,10 @@ impl HttpTransport {
         match Reply::decode(&body, Some(id)) {
             Ok(reply) => Ok(reply),
             // A non-2xx without a JSON-RPC body is an HTTP failure, not a protocol answer.
-            Err(_) if !status.is_success() => {
-                Err(UpstreamError::Status { upstream: self.name.clone(), status: status.as_u16() })
-            }
+            Err(_) if !status.is_success() => Err(UpstreamError::Status {
+                upstream: self.name.clone(),
+                status: status.as_u16(),
+            }),
             Err(reason) if status == StatusCode::ACCEPTED => {
                 Err(self.err_protocol(format!("202 with no response to a request ({reason})")))
             }
@@ -124,7 +154,11 @@ impl HttpTransport {
         }
     }
 
-    async fn read_sse(&self, id: &str, mut body: hyper::body::Incoming) -> Result<Reply, UpstreamError> {
+    async fn read_sse(
+        &self,
+        id: &str,
+        mut body: hyper::body::Incoming,
+    ) -> Result<Reply, UpstreamError> {
         let mut decoder = SseDecoder::new(self.max_message);
         loop {
             let frame = match body.frame().await {
@@ -132,7 +166,9 @@ impl HttpTransport {
                 Some(Err(e)) => return Err(self.err_disconnected(e)),
                 Some(Ok(frame)) => frame,
             };
-            let Ok(data) = frame.into_data() else { continue };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
             decoder.push(&data);
             while let Some(event) = decoder.next_event().map_err(|e| UpstreamError::TooLarge {
                 upstream: self.name.clone(),

@@ -25,7 +25,9 @@ impl Reply {
         if let (Some(want), Some(got)) = (expect_id, &msg.id)
             && got.as_json() != want
         {
-            return Err(format!("response id {got} does not match request id {want}"));
+            return Err(format!(
+                "response id {got} does not match request id {want}"
+            ));
         }
         if let Some(result) = msg.result {
             return Ok(Reply::Result(message.slice_ref(result.get().as_bytes())));
@@ -49,7 +51,9 @@ mod tests {
             Reply::Error(_) => panic!(),
         }
         assert!(Reply::decode(&body, Some("4")).is_err());
-        let err = Bytes::from_static(br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32602,"message":"nf"}}"#);
+        let err = Bytes::from_static(
+            br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32602,"message":"nf"}}"#,
+        );
         assert!(matches!(Reply::decode(&err, None).unwrap(), Reply::Error(e) if e.code == -32602));
     }
 }

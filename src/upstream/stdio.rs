@@ -98,23 +98,40 @@ impl StdioTransport {
             Err(_) => return Err(self.unavailable("supervisor stopped")),
         };
         let (reply_tx, reply_rx) = oneshot::channel();
-        conn.pending.lock().expect("pending lock").insert(id.into(), reply_tx);
-        let mut guard = PendingGuard { conn: &conn, id, done: false };
+        conn.pending
+            .lock()
+            .expect("pending lock")
+            .insert(id.into(), reply_tx);
+        let mut guard = PendingGuard {
+            conn: &conn,
+            id,
+            done: false,
+        };
         if conn.tx.send(line).await.is_err() {
             return Err(self.disconnected("process stdin closed"));
         }
-        let message = reply_rx.await.map_err(|_| self.disconnected("process exited"))?;
+        let message = reply_rx
+            .await
+            .map_err(|_| self.disconnected("process exited"))?;
         guard.done = true;
-        Reply::decode(&message, Some(id))
-            .map_err(|reason| UpstreamError::Protocol { upstream: self.name.clone(), reason })
+        Reply::decode(&message, Some(id)).map_err(|reason| UpstreamError::Protocol {
+            upstream: self.name.clone(),
+            reason,
+        })
     }
 
     fn unavailable(&self, reason: &str) -> UpstreamError {
-        UpstreamError::Unavailable { upstream: self.name.clone(), reason: reason.into() }
+        UpstreamError::Unavailable {
+            upstream: self.name.clone(),
+            reason: reason.into(),
+        }
     }
 
     fn disconnected(&self, reason: &str) -> UpstreamError {
-        UpstreamError::Disconnected { upstream: self.name.clone(), reason: reason.into() }
+        UpstreamError::Disconnected {
+            upstream: self.name.clone(),
+            reason: reason.into(),
+        }
     }
 }
 
@@ -130,9 +147,18 @@ impl Drop for PendingGuard<'_> {
         if self.done {
             return;
         }
-        let removed = self.conn.pending.lock().expect("pending lock").remove(self.id).is_some();
+        let removed = self
+            .conn
+            .pending
+            .lock()
+            .expect("pending lock")
+            .remove(self.id)
+            .is_some();
         if removed {
-            let params = format!(r#"{{"requestId":{},"reason":"cancelled downstream"}}"#, self.id);
+            let params = format!(
+                r#"{{"requestId":{},"reason":"cancelled downstream"}}"#,
+                self.id
+            );
             // Best effort: a full queue means the process is already far behind.
             let _ = self.conn.tx.try_send(encode_notification(
                 crate::mcp::method::CANCELLED,
@@ -152,7 +178,9 @@ async fn supervise(
     while !cancel.is_cancelled() {
         let started = Instant::now();
         match start(&spec) {
-            Err(e) => tracing::warn!(upstream = %spec.name, error = %e, "cannot start stdio upstream"),
+            Err(e) => {
+                tracing::warn!(upstream = %spec.name, error = %e, "cannot start stdio upstream")
+            }
             Ok(child) => {
                 generation += 1;
                 tracing::info!(upstream = %spec.name, generation, pid = child.id(), "stdio upstream started");
@@ -175,9 +203,10 @@ async fn supervise(
 }
 
 fn start(spec: &StdioSpec) -> std::io::Result<Child> {
-    let (program, args) = spec.command.split_first().ok_or_else(|| {
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command")
-    })?;
+    let (program, args) = spec
+        .command
+        .split_first()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command"))?;
     let mut cmd = Command::new(program);
     cmd.args(args)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -285,7 +314,11 @@ fn on_line(name: &str, conn: &Conn, line: Bytes) {
     match msg.kind {
         Kind::Response => {
             let Some(id) = msg.id.as_ref() else { return };
-            let slot = conn.pending.lock().expect("pending lock").remove(id.as_json());
+            let slot = conn
+                .pending
+                .lock()
+                .expect("pending lock")
+                .remove(id.as_json());
             match slot {
                 Some(tx) => {
                     let _ = tx.send(line.clone());
@@ -298,7 +331,10 @@ fn on_line(name: &str, conn: &Conn, line: Bytes) {
         }
         Kind::Request => {
             // Modern servers send no requests; refuse rather than leave the server waiting.
-            let err = RpcError::new(code::METHOD_NOT_FOUND, "the proxy does not serve requests from upstreams");
+            let err = RpcError::new(
+                code::METHOD_NOT_FOUND,
+                "the proxy does not serve requests from upstreams",
+            );
             let _ = conn.tx.try_send(encode_error(msg.id.as_ref(), &err));
         }
     }

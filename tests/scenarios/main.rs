@@ -1,0 +1,10 @@
+//! Scenario tests: the real proxy and real upstreams on 127.0.0.1:0, driven over the wire.
+//! One test binary (modules below) keeps link time down.
+
+mod support;
+
+mod merge;
+mod namespace;
+mod rmcp_interop;
+mod stdio;
+mod wire;

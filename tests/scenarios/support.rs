@@ -1,0 +1,198 @@
+//! Shared scenario plumbing: sample upstreams, a proxy built from a config, and a small MCP
+//! client that shows every header and status.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+
+use resmux::app::App;
+use resmux::config::{Config, UpstreamConfig};
+use resmux::sample::{Sample, SampleHttp, SampleSpec};
+
+/// Upper bound for any wait in these tests.
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+/// Starts a sample HTTP upstream.
+pub async fn sample_http(spec: SampleSpec) -> SampleHttp {
+    SampleHttp::start(Sample::new(spec), "127.0.0.1:0".parse().unwrap())
+        .await
+        .expect("bind sample")
+}
+
+/// A config listening on an ephemeral loopback port.
+pub fn config(upstreams: Vec<UpstreamConfig>) -> Config {
+    let mut c = Config::default();
+    c.listen.addr = "127.0.0.1:0".parse().unwrap();
+    c.upstreams = upstreams;
+    c
+}
+
+/// A started proxy plus a client for it.
+pub struct Proxy {
+    pub app: App,
+    pub client: McpClient,
+}
+
+impl Proxy {
+    pub async fn start(config: Config) -> Self {
+        let app = App::start(config).await.expect("proxy starts");
+        let client = McpClient::new(&format!("http://{}/mcp", app.local_addr()));
+        Self { app, client }
+    }
+}
+
+/// One HTTP exchange as seen on the wire.
+#[derive(Debug)]
+pub struct Exchange {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Exchange {
+    /// The body as JSON (panics with the body text when it is not JSON).
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    /// `result`, panicking with the whole message when there is none.
+    pub fn result(&self) -> Value {
+        let v = self.json();
+        assert!(v.get("result").is_some(), "expected a result, got {v}");
+        v["result"].clone()
+    }
+
+    /// `error.code`.
+    pub fn error_code(&self) -> i64 {
+        let v = self.json();
+        v["error"]["code"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("expected an error, got {v}"))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// A deliberately plain MCP 2026-07-28 client: it builds exactly the headers and `_meta` a
+/// conforming client sends, and lets tests break them.
+#[derive(Clone)]
+pub struct McpClient {
+    url: String,
+    http: Client<HttpConnector, Full<Bytes>>,
+}
+
+/// The `_meta` of a conforming request.
+pub fn meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "scenario", "version": "0"}
+    })
+}
+
+impl McpClient {
+    pub fn new(url: &str) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        Self {
+            url: url.to_owned(),
+            http: Client::builder(TokioExecutor::new()).build(connector),
+        }
+    }
+
+    /// Sends a conforming request: `params` gets `_meta`, headers mirror the body.
+    pub async fn request(&self, method: &str, mut params: Value) -> Exchange {
+        params["_meta"] = meta();
+        let name = match method {
+            "tools/call" | "prompts/get" => params["name"].as_str().map(str::to_owned),
+            "resources/read" => params["uri"].as_str().map(str::to_owned),
+            _ => None,
+        };
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let mut headers = vec![
+            ("mcp-protocol-version", "2026-07-28".to_owned()),
+            ("mcp-method", method.to_owned()),
+        ];
+        if let Some(n) = name {
+            headers.push(("mcp-name", resmux::mcp::header_value::encode(&n)));
+        }
+        self.raw("POST", &headers, body.to_string().into_bytes())
+            .await
+    }
+
+    /// Sends anything: the given headers (plus Content-Type and Accept) and body bytes.
+    pub async fn raw(&self, method: &str, headers: &[(&str, String)], body: Vec<u8>) -> Exchange {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        for (k, v) in headers {
+            req = req.header(*k, v);
+        }
+        let resp = tokio::time::timeout(
+            DEADLINE,
+            self.http
+                .request(req.body(Full::new(Bytes::from(body))).unwrap()),
+        )
+        .await
+        .expect("proxy answers in time")
+        .expect("HTTP exchange");
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        Exchange {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// Follows `nextCursor` from the first page to the last; returns every item of `key`.
+    pub async fn list_all(&self, method: &str, key: &str) -> (Vec<Value>, usize) {
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        let mut pages = 0;
+        loop {
+            let params = match &cursor {
+                Some(c) => json!({"cursor": c}),
+                None => json!({}),
+            };
+            let result = self.request(method, params).await.result();
+            pages += 1;
+            assert!(pages < 1000, "pagination does not end");
+            items.extend(result[key].as_array().expect("items array").iter().cloned());
+            match result.get("nextCursor").and_then(Value::as_str) {
+                Some(c) => cursor = Some(c.to_owned()),
+                None => return (items, pages),
+            }
+        }
+    }
+}
+
+/// Polls `check` until it returns `Some`, or panics after [`DEADLINE`].
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = tokio::time::Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
