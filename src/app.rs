@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::Authenticator;
+use crate::cache::Cache;
 use crate::config::Config;
 use crate::downstream::{self, Endpoint};
 use crate::router::Router;
@@ -75,7 +76,8 @@ impl App {
             cancel.cancel();
             return Err(StartError::Config(errors));
         }
-        let router = Router::new(upstreams, config.proxy.clone(), cursors);
+        let cache = Cache::new(config.cache.clone(), upstreams.len());
+        let router = Router::new(upstreams, config.proxy.clone(), cursors, cache);
         let endpoint = Endpoint::new(router.clone(), Authenticator::new(), &config.listen);
         let listener = TcpListener::bind(config.listen.addr)
             .await

@@ -13,6 +13,7 @@
 //! - [`mcp`]: protocol vocabulary (versions, `_meta` keys, headers, methods).
 //! - [`auth`]: the principal behind a request.
 //! - [`router`]: per-method routing, namespacing, merged lists and cursors.
+//! - [`cache`]: results by the upstream's `ttlMs`/`cacheScope`, single-flight, invalidation.
 //! - [`upstream`]: one handle per upstream server, over HTTP or a supervised stdio process.
 //! - [`error`]: errors of every layer and their JSON-RPC / HTTP mapping.
 //! - [`config`]: the configuration file; [`app`] builds the running proxy from it.
@@ -23,6 +24,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod cache;
 pub mod config;
 pub mod downstream;
 pub mod error;

@@ -2,6 +2,7 @@
 //! upstream answers (`resources/read`, `tools/call`, …), or every upstream does (`*/list`,
 //! merged with a composite cursor).
 
+mod cached;
 mod call;
 pub mod cursor;
 mod discover;
@@ -12,12 +13,14 @@ pub mod namespace;
 pub mod rewrite;
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 pub use call::{Answer, CacheStatus, Call};
 pub use hints::Hints;
 pub use merge::ListKind;
 
+use crate::cache::{Cache, Flights};
 use crate::config::ProxyConfig;
 use crate::error::{DownstreamError, Error};
 use crate::mcp::method as m;
@@ -38,10 +41,21 @@ struct Inner {
     /// `{"name":…,"version":…}` of the proxy, for result `_meta`.
     server_info: String,
     started: Instant,
+    cache: Cache,
+    flights: Flights<cached::Shared>,
+    /// Per upstream and list kind: until when (ms on `clock`) its pages count as private.
+    private_until: Vec<[AtomicU64; 4]>,
+    /// Origin of `private_until` (tokio's clock, which tests can pause).
+    clock: tokio::time::Instant,
 }
 
 impl Router {
-    pub fn new(upstreams: Vec<Upstream>, proxy: ProxyConfig, cursors: CursorCodec) -> Self {
+    pub fn new(
+        upstreams: Vec<Upstream>,
+        proxy: ProxyConfig,
+        cursors: CursorCodec,
+        cache: Cache,
+    ) -> Self {
         let names: Vec<(String, bool)> = upstreams
             .iter()
             .map(|u| (u.name().to_owned(), u.config().prefix))
@@ -49,7 +63,12 @@ impl Router {
         let server_info =
             serde_json::json!({"name": proxy.name, "version": env!("CARGO_PKG_VERSION")})
                 .to_string();
+        let private_until = upstreams.iter().map(|_| Default::default()).collect();
         Self(Arc::new(Inner {
+            cache,
+            flights: Flights::default(),
+            private_until,
+            clock: tokio::time::Instant::now(),
             ns: Namespace::new(&names),
             upstreams,
             cursors,
@@ -62,6 +81,11 @@ impl Router {
     /// The upstreams, in config order.
     pub fn upstreams(&self) -> &[Upstream] {
         &self.0.upstreams
+    }
+
+    /// The cache.
+    pub fn cache(&self) -> &Cache {
+        &self.0.cache
     }
 
     /// The namespace table.

@@ -140,6 +140,11 @@ impl Upstream {
         mcp::MODERN_VERSION
     }
 
+    /// The protocol era, as part of cache keys (0: 2026-07-28).
+    pub fn era(&self) -> u8 {
+        0
+    }
+
     /// Sends one request with ready-made `params` and returns the upstream's answer.
     /// `mcp_name` is mirrored into the `Mcp-Name` header. Requests other than `tools/call`
     /// are retried once when the failure means the request may not have been processed.

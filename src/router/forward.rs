@@ -3,10 +3,13 @@
 
 use bytes::Bytes;
 
+use super::cached::{Fetched, Got};
+use super::hints::Hints;
 use super::namespace::Route;
 use super::rewrite;
 use super::{Answer, Call, Router};
-use crate::error::{DownstreamError, Error};
+use crate::cache::{CachedMethod, Stored};
+use crate::error::{DownstreamError, Error, UpstreamError};
 use crate::jsonrpc::{RawObject, RpcError, code};
 use crate::mcp::method as m;
 use crate::upstream::Reply;
@@ -21,25 +24,94 @@ enum Target {
 impl Router {
     pub(super) async fn read(&self, call: &Call<'_>) -> Result<Answer, Error> {
         let uri = required_str(&call.params, "uri")?;
-        let Some(route) = self.0.ns.route_uri(&uri) else {
-            return Err(DownstreamError::ResourceNotFound {
-                uri: uri.into_owned(),
-            }
-            .into());
+        let not_found = || {
+            Error::from(DownstreamError::ResourceNotFound {
+                uri: uri.to_string(),
+            })
         };
-        let (index, reply) = self
-            .forward(call, route, Target::Uri, |p, v| p.set_string("uri", v))
-            .await?;
-        match reply {
-            Reply::Result(body) => Ok(Answer::result(
-                self.rewrite(rewrite::read_result(&body, &self.0.ns, index), index)?,
-            )),
-            Reply::Error(e) if is_not_found(&e) => Err(DownstreamError::ResourceNotFound {
-                uri: uri.into_owned(),
-            }
-            .into()),
-            Reply::Error(e) => Ok(Answer::error(rewrite::error(e, &self.0.ns, index))),
+        let route = self.0.ns.route_uri(&uri).ok_or_else(not_found)?;
+        let (candidates, upstream_uri) = route.candidates();
+        for (n, &index) in candidates.iter().enumerate() {
+            let key = self.cache_key(call, index, CachedMethod::ResourcesRead, |p| {
+                p.set_string("uri", upstream_uri)
+            });
+            let served = self
+                .through_cache(call, key, Some(upstream_uri), || {
+                    self.fetch_read(call, index, upstream_uri)
+                })
+                .await?;
+            let answer = match served.got {
+                Got::NotFound if n + 1 < candidates.len() => continue,
+                Got::NotFound => Err(not_found()),
+                Got::Result(body) => Ok(Answer {
+                    outcome: Ok(body),
+                    cache: served.status,
+                    age: served.age,
+                }),
+                Got::Relayed(e) => Ok(Answer {
+                    outcome: Err(e),
+                    cache: served.status,
+                    age: None,
+                }),
+                Got::Page { .. } => Err(Error::Internal("a read produced a list page".into())),
+            };
+            return answer;
         }
+        Err(not_found())
+    }
+
+    /// Reads `uri` from upstream `index` and prepares the answer for the cache.
+    async fn fetch_read(&self, call: &Call<'_>, index: usize, uri: &str) -> Result<Fetched, Error> {
+        let upstream = &self.0.upstreams[index];
+        let params = call.upstream_params(upstream, |p| p.set_string("uri", uri));
+        let body = match upstream
+            .request(m::RESOURCES_READ, &params, Some(uri))
+            .await?
+        {
+            Reply::Result(body) => body,
+            Reply::Error(e) if is_not_found(&e) => {
+                return Ok(Fetched {
+                    got: Got::NotFound,
+                    stored: Some(Stored::NotFound),
+                    public: false,
+                    ttl_ms: 0,
+                });
+            }
+            Reply::Error(e) => {
+                let e = rewrite::error(e, &self.0.ns, index);
+                return Ok(Fetched {
+                    got: Got::Relayed(e),
+                    stored: None,
+                    public: false,
+                    ttl_ms: 0,
+                });
+            }
+        };
+        let malformed = |reason: String| {
+            Error::from(UpstreamError::Protocol {
+                upstream: upstream.name().to_owned(),
+                reason,
+            })
+        };
+        let text = std::str::from_utf8(&body).map_err(|e| malformed(e.to_string()))?;
+        let mut obj =
+            RawObject::parse_str(text).map_err(|e| malformed(format!("read result: {e}")))?;
+        let rewritten = rewrite::read_object(&mut obj, &self.0.ns, index).map_err(malformed)?;
+        let hints = Hints::of(&obj, upstream.config());
+        // Only complete results are cacheable; `input_required` (MRTR) never is.
+        let complete = obj.get_str("resultType").is_none_or(|t| t == "complete");
+        let stored = complete.then(|| Stored::result_of(&obj));
+        let got = Got::Result(if rewritten {
+            Bytes::from(obj.to_vec())
+        } else {
+            body.clone()
+        });
+        Ok(Fetched {
+            got,
+            stored,
+            public: hints.public,
+            ttl_ms: hints.ttl_ms,
+        })
     }
 
     pub(super) async fn call_named(&self, call: &Call<'_>) -> Result<Answer, Error> {
@@ -104,10 +176,7 @@ impl Router {
         target: Target,
         set: impl Fn(&mut RawObject<'_>, &str),
     ) -> Result<(usize, Reply), Error> {
-        let (candidates, value): (&[usize], &str) = match &route {
-            Route::Prefixed(i, v) => (std::slice::from_ref(i), v),
-            Route::Unprefixed(list, v) => (list, v),
-        };
+        let (candidates, value) = route.candidates();
         let mut last = None;
         for (n, &index) in candidates.iter().enumerate() {
             let upstream = &self.0.upstreams[index];

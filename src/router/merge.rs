@@ -3,13 +3,17 @@
 //! carries each remaining upstream's own cursor. Following it reaches every page of every
 //! upstream exactly once.
 
+use std::sync::atomic::Ordering;
+
 use bytes::Bytes;
 use futures_util::future::join_all;
 
+use super::cached::{Fetched, Got, Served};
 use super::cursor::Positions;
 use super::hints::Hints;
 use super::rewrite::{self, Field};
-use super::{Answer, Call, Router};
+use super::{Answer, CacheStatus, Call, Router};
+use crate::cache::{CachedMethod, Stored};
 use crate::config::OnError;
 use crate::error::{DownstreamError, Error, UpstreamError};
 use crate::jsonrpc::{RawObject, RpcError, raw_str, write_json_string};
@@ -26,6 +30,39 @@ pub struct ListKind {
     pub field: Field,
     /// The capability an upstream must declare to be asked.
     pub capability: &'static str,
+    /// Its cache identity.
+    pub cached: CachedMethod,
+}
+
+impl ListKind {
+    /// Index of this list among an upstream's four lists.
+    pub fn slot(&self) -> usize {
+        match self.cached {
+            CachedMethod::ResourcesList => 0,
+            CachedMethod::TemplatesList => 1,
+            CachedMethod::ToolsList => 2,
+            _ => 3,
+        }
+    }
+}
+
+/// Sets or removes `cursor` in request params.
+fn set_cursor(p: &mut RawObject<'_>, cursor: Option<&str>) {
+    match cursor {
+        Some(c) => p.set_string("cursor", c),
+        None => drop(p.remove("cursor")),
+    }
+}
+
+/// The cache status of a merged page: a miss if any page missed, a hit only if all hit.
+fn combine_status(a: CacheStatus, b: CacheStatus) -> CacheStatus {
+    use CacheStatus::*;
+    match (a, b) {
+        (Miss, _) | (_, Miss) => Miss,
+        (Stale, _) | (_, Stale) => Stale,
+        (Bypass, _) | (_, Bypass) => Bypass,
+        (Hit, Hit) => Hit,
+    }
 }
 
 pub const RESOURCES: ListKind = ListKind {
@@ -33,31 +70,34 @@ pub const RESOURCES: ListKind = ListKind {
     items: "resources",
     field: Field::Uri("uri"),
     capability: "resources",
+    cached: CachedMethod::ResourcesList,
 };
 pub const TEMPLATES: ListKind = ListKind {
     method: m::RESOURCES_TEMPLATES_LIST,
     items: "resourceTemplates",
     field: Field::Uri("uriTemplate"),
     capability: "resources",
+    cached: CachedMethod::TemplatesList,
 };
 pub const TOOLS: ListKind = ListKind {
     method: m::TOOLS_LIST,
     items: "tools",
     field: Field::Name("name"),
     capability: "tools",
+    cached: CachedMethod::ToolsList,
 };
 pub const PROMPTS: ListKind = ListKind {
     method: m::PROMPTS_LIST,
     items: "prompts",
     field: Field::Name("name"),
     capability: "prompts",
+    cached: CachedMethod::PromptsList,
 };
 
 /// Why one upstream's page is missing.
 enum PageError {
     Failed(UpstreamError),
     Answered(RpcError),
-    Malformed(String),
 }
 
 impl Router {
@@ -73,44 +113,160 @@ impl Router {
         let mut items = Vec::new();
         let mut next: Positions = Vec::new();
         let mut hints: Option<Hints> = None;
+        let mut status: Option<CacheStatus> = None;
+        let mut age = None;
         for ((index, _), page) in positions.iter().zip(pages) {
             let upstream = &self.0.upstreams[*index];
-            match page.and_then(|body| self.take_page(kind, *index, &body, &mut items)) {
-                Ok((page_hints, next_cursor)) => {
+            let failure = match page {
+                Ok(Served {
+                    got:
+                        Got::Page {
+                            items: page_items,
+                            next: page_next,
+                            ..
+                        },
+                    public,
+                    ttl_ms,
+                    status: s,
+                    age: a,
+                }) => {
+                    if !page_items.is_empty() {
+                        if !items.is_empty() {
+                            items.push(b',');
+                        }
+                        items.extend_from_slice(&page_items);
+                    }
+                    let public = self.scope_memo(*index, kind, public, ttl_ms);
+                    let page_hints = Hints { ttl_ms, public };
                     hints = Some(hints.map_or(page_hints, |h| h.combine(page_hints)));
-                    if let Some(c) = next_cursor {
-                        next.push((upstream.name().to_owned(), Some(c)));
+                    status = Some(status.map_or(s, |prev| combine_status(prev, s)));
+                    age = age.max(a);
+                    if let Some(c) = page_next {
+                        next.push((upstream.name().to_owned(), Some(c.into())));
                     }
+                    continue;
                 }
-                Err(e) => {
-                    let reason = match &e {
-                        PageError::Failed(u) => u.to_string(),
-                        PageError::Answered(r) => r.to_string(),
-                        PageError::Malformed(s) => s.clone(),
-                    };
-                    if upstream.config().on_error == OnError::FailClosed {
-                        return match e {
-                            PageError::Failed(u) => Err(u.into()),
-                            PageError::Answered(r) => {
-                                Ok(Answer::error(rewrite::error(r, &self.0.ns, *index)))
-                            }
-                            PageError::Malformed(reason) => Err(UpstreamError::Protocol {
-                                upstream: upstream.name().to_owned(),
-                                reason,
-                            }
-                            .into()),
-                        };
+                Ok(Served {
+                    got: Got::Relayed(e),
+                    ..
+                }) => PageError::Answered(e),
+                Ok(_) => PageError::Failed(UpstreamError::Protocol {
+                    upstream: upstream.name().to_owned(),
+                    reason: "list request produced no page".into(),
+                }),
+                Err(Error::Upstream(u)) => PageError::Failed(u),
+                Err(other) => return Err(other),
+            };
+            if upstream.config().on_error == OnError::FailClosed {
+                return match failure {
+                    PageError::Failed(u) => Err(u.into()),
+                    PageError::Answered(r) => {
+                        Ok(Answer::error(rewrite::error(r, &self.0.ns, *index)))
                     }
-                    tracing::warn!(upstream = %upstream.name(), method = kind.method, %reason, "list page skipped (fail_open)");
-                }
+                };
             }
+            let reason = match &failure {
+                PageError::Failed(u) => u.to_string(),
+                PageError::Answered(r) => r.to_string(),
+            };
+            tracing::warn!(upstream = %upstream.name(), method = kind.method, %reason, "list page skipped (fail_open)");
         }
-        // A page no upstream contributed to is not worth caching.
+        // A page no upstream contributed to is not worth caching downstream either.
         let hints = hints.unwrap_or(Hints {
             ttl_ms: 0,
             public: false,
         });
-        Ok(Answer::result(self.page_result(kind, &items, &next, hints)))
+        Ok(Answer {
+            outcome: Ok(self.page_result(kind, &items, &next, hints)),
+            cache: status.unwrap_or(CacheStatus::Bypass),
+            age,
+        })
+    }
+
+    /// DESIGN §3: a list that was private within its last TTL stays private, so that a page
+    /// served from an older public entry cannot make a merged page public.
+    fn scope_memo(&self, index: usize, kind: &ListKind, public: bool, ttl_ms: u64) -> bool {
+        let slot = &self.0.private_until[index][kind.slot()];
+        let now = self.0.clock.elapsed().as_millis() as u64;
+        if !public {
+            slot.fetch_max(now + ttl_ms, Ordering::Relaxed);
+            return false;
+        }
+        slot.load(Ordering::Relaxed) <= now
+    }
+
+    /// One upstream's page, through the cache.
+    async fn page(
+        &self,
+        call: &Call<'_>,
+        kind: &ListKind,
+        index: usize,
+        cursor: Option<&str>,
+    ) -> Result<Served, Error> {
+        let key = self.cache_key(call, index, kind.cached, |p| set_cursor(p, cursor));
+        self.through_cache(call, key, None, || {
+            self.fetch_page(call, kind, index, cursor)
+        })
+        .await
+    }
+
+    /// Fetches one upstream's page and puts its items in downstream form.
+    async fn fetch_page(
+        &self,
+        call: &Call<'_>,
+        kind: &ListKind,
+        index: usize,
+        cursor: Option<&str>,
+    ) -> Result<Fetched, Error> {
+        let upstream = &self.0.upstreams[index];
+        let params = call.upstream_params(upstream, |p| set_cursor(p, cursor));
+        let body = match upstream.request(kind.method, &params, None).await? {
+            Reply::Result(body) => body,
+            Reply::Error(e) => {
+                return Ok(Fetched {
+                    got: Got::Relayed(e),
+                    stored: None,
+                    public: false,
+                    ttl_ms: 0,
+                });
+            }
+        };
+        let malformed = |e: String| {
+            Error::from(UpstreamError::Protocol {
+                upstream: upstream.name().to_owned(),
+                reason: format!("{} page: {e}", kind.method),
+            })
+        };
+        let text = std::str::from_utf8(&body).map_err(|e| malformed(e.to_string()))?;
+        let page = RawObject::parse_str(text).map_err(|e| malformed(e.to_string()))?;
+        let mut items = Vec::new();
+        if let Some(array) = page.get(kind.items) {
+            rewrite::list_items(array, kind.field, &self.0.ns, index, &mut items)
+                .map_err(malformed)?;
+        }
+        let next: Option<Box<str>> = match page.get("nextCursor") {
+            None => None,
+            Some(raw) if raw.get() == "null" => None,
+            Some(raw) => Some(
+                raw_str(raw)
+                    .ok_or_else(|| malformed("nextCursor is not a string".into()))?
+                    .into(),
+            ),
+        };
+        let hints = Hints::of(&page, upstream.config());
+        let items = Bytes::from(items);
+        let complete = page.get_str("resultType").is_none_or(|t| t == "complete");
+        let stored = complete.then(|| Stored::Page {
+            items: items.clone(),
+            next: next.clone(),
+            public: hints.public,
+        });
+        Ok(Fetched {
+            got: Got::Page { items, next },
+            stored,
+            public: hints.public,
+            ttl_ms: hints.ttl_ms,
+        })
     }
 
     /// Upstream indices and cursors for this request.
@@ -149,52 +305,6 @@ impl Router {
                     .ok_or_else(|| bad(format!("unknown upstream `{name}`")))
             })
             .collect()
-    }
-
-    /// Fetches one upstream's page.
-    async fn page(
-        &self,
-        call: &Call<'_>,
-        kind: &ListKind,
-        index: usize,
-        cursor: Option<&str>,
-    ) -> Result<Bytes, PageError> {
-        let upstream = &self.0.upstreams[index];
-        let params = call.upstream_params(upstream, |p| match cursor {
-            Some(c) => p.set_string("cursor", c),
-            None => drop(p.remove("cursor")),
-        });
-        match upstream.request(kind.method, &params, None).await {
-            Ok(Reply::Result(body)) => Ok(body),
-            Ok(Reply::Error(e)) => Err(PageError::Answered(e)),
-            Err(e) => Err(PageError::Failed(e)),
-        }
-    }
-
-    /// Appends a page's items to `items`; returns its hints and its `nextCursor`.
-    fn take_page(
-        &self,
-        kind: &ListKind,
-        index: usize,
-        body: &Bytes,
-        items: &mut Vec<u8>,
-    ) -> Result<(Hints, Option<String>), PageError> {
-        let malformed = |e: String| PageError::Malformed(format!("{} page: {e}", kind.method));
-        let text = std::str::from_utf8(body).map_err(|e| malformed(e.to_string()))?;
-        let page = RawObject::parse_str(text).map_err(|e| malformed(e.to_string()))?;
-        if let Some(array) = page.get(kind.items) {
-            rewrite::list_items(array, kind.field, &self.0.ns, index, items).map_err(malformed)?;
-        }
-        let next = match page.get("nextCursor") {
-            None => None,
-            Some(raw) if raw.get() == "null" => None,
-            Some(raw) => Some(
-                raw_str(raw)
-                    .ok_or_else(|| malformed("nextCursor is not a string".into()))?
-                    .into_owned(),
-            ),
-        };
-        Ok((Hints::of(&page, self.0.upstreams[index].config()), next))
     }
 
     fn page_result(&self, kind: &ListKind, items: &[u8], next: &Positions, hints: Hints) -> Bytes {

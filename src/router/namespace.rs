@@ -26,6 +26,16 @@ pub struct Namespace {
     unprefixed: Vec<usize>,
 }
 
+impl<'a> Route<'a> {
+    /// The upstreams to try, in order, and the value to send them.
+    pub fn candidates(&self) -> (&[usize], &'a str) {
+        match self {
+            Route::Prefixed(i, v) => (std::slice::from_ref(i), v),
+            Route::Unprefixed(list, v) => (list, v),
+        }
+    }
+}
+
 impl Namespace {
     /// `upstreams` is `(name, prefix wanted)` in config order. Prefixes apply only when there
     /// is more than one upstream.

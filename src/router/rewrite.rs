@@ -59,15 +59,14 @@ pub fn list_items(
     Ok(items.len())
 }
 
-/// Namespaces `contents[].uri` of a `resources/read` result.
-pub fn read_result(result: &Bytes, ns: &Namespace, index: usize) -> Result<Bytes, String> {
+/// Namespaces `contents[].uri` of a parsed `resources/read` result. Returns whether anything
+/// changed.
+pub fn read_object(obj: &mut RawObject<'_>, ns: &Namespace, index: usize) -> Result<bool, String> {
     if ns.prefix(index).is_none() {
-        return Ok(result.clone());
+        return Ok(false);
     }
-    let text = std::str::from_utf8(result).map_err(|e| e.to_string())?;
-    let mut obj = RawObject::parse_str(text).map_err(|e| e.to_string())?;
     let Some(contents) = obj.get("contents") else {
-        return Ok(result.clone()); // input_required and other shapes carry no contents
+        return Ok(false); // input_required and other shapes carry no contents
     };
     let mut items = Vec::with_capacity(contents.get().len() + 64);
     list_items(contents, Field::Uri("uri"), ns, index, &mut items)?;
@@ -75,11 +74,10 @@ pub fn read_result(result: &Bytes, ns: &Namespace, index: usize) -> Result<Bytes
     array.push(b'[');
     array.extend_from_slice(&items);
     array.push(b']');
-    let array = crate::jsonrpc::parse_raw(std::str::from_utf8(&array).map_err(|e| e.to_string())?)
-        .map_err(|e| e.to_string())?
-        .to_owned();
-    obj.set("contents", std::borrow::Cow::Owned(array));
-    Ok(Bytes::from(obj.to_vec()))
+    let text = String::from_utf8(array).map_err(|e| e.to_string())?;
+    let raw = serde_json::value::RawValue::from_string(text).map_err(|e| e.to_string())?;
+    obj.set("contents", std::borrow::Cow::Owned(raw));
+    Ok(true)
 }
 
 /// Namespaces resource URIs inside content blocks of a `tools/call` or `prompts/get` result:
@@ -146,8 +144,10 @@ mod tests {
 
     #[test]
     fn read_contents_are_prefixed_and_payload_untouched() {
-        let r = Bytes::from_static(br#"{"resultType":"complete","contents":[{"uri":"file:///a","text":"\u00e9"},{"uri":"file:///b","blob":"AA=="}],"ttlMs":5}"#);
-        let out = read_result(&r, &ns(), 1).unwrap();
+        let r = r#"{"resultType":"complete","contents":[{"uri":"file:///a","text":"\u00e9"},{"uri":"file:///b","blob":"AA=="}],"ttlMs":5}"#;
+        let mut obj = RawObject::parse_str(r).unwrap();
+        assert!(read_object(&mut obj, &ns(), 1).unwrap());
+        let out = obj.to_vec();
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
             r#"{"resultType":"complete","contents":[{"uri":"fs+file:///a","text":"\u00e9"},{"uri":"fs+file:///b","blob":"AA=="}],"ttlMs":5}"#

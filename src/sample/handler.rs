@@ -28,6 +28,8 @@ struct Inner {
     /// URIs that changed, for listen streams. Bounded: a listener that lags loses the oldest
     /// (tests and the demo never come near 1,024 pending changes).
     updates: broadcast::Sender<String>,
+    /// Fetches of the private resources (`me`, `secret`), numbering their contents.
+    private_reads: AtomicU64,
     /// Listen streams open now, and opened in total.
     listens_open: AtomicU64,
     listens_total: AtomicU64,
@@ -66,6 +68,7 @@ impl Sample {
             status: AtomicU64::new(1),
             counts: Mutex::new(HashMap::new()),
             updates: broadcast::channel(1024).0,
+            private_reads: AtomicU64::new(0),
             listens_open: AtomicU64::new(0),
             listens_total: AtomicU64::new(0),
         }))
@@ -172,7 +175,11 @@ impl Sample {
         }
     }
 
-    fn finish(&self, mut result: Value, cacheable: bool) -> Value {
+    fn finish(&self, result: Value, cacheable: bool) -> Value {
+        self.finish_scoped(result, cacheable, self.0.spec.public)
+    }
+
+    fn finish_scoped(&self, mut result: Value, cacheable: bool, public: bool) -> Value {
         let obj = result.as_object_mut().expect("results are objects");
         obj.insert("resultType".into(), json!("complete"));
         obj.insert(
@@ -183,11 +190,7 @@ impl Sample {
             obj.insert("ttlMs".into(), json!(self.0.spec.ttl_ms));
             obj.insert(
                 "cacheScope".into(),
-                json!(if self.0.spec.public {
-                    "public"
-                } else {
-                    "private"
-                }),
+                json!(if public { "public" } else { "private" }),
             );
         }
         result
@@ -287,6 +290,20 @@ impl Sample {
         let Some(uri) = params.get_str("uri") else {
             return Handled::Error(RpcError::new(code::INVALID_PARAMS, "missing uri"));
         };
+        if uri == self.0.spec.uri("me") {
+            // Private and different on every fetch: who asked (as the client named itself)
+            // and a fetch number, so tests can tell whose content a response carries.
+            let n = self.0.private_reads.fetch_add(1, Ordering::Relaxed) + 1;
+            let text = format!("read {n} for {}", client_name(params));
+            return Handled::Result(self.finish_scoped(
+                json!({"contents": [{"uri": uri, "mimeType": "text/plain", "text": text}]}),
+                true,
+                false,
+            ));
+        }
+        if uri == self.0.spec.uri("secret") {
+            return self.read_secret(&uri, params);
+        }
         match self.text_of(&uri) {
             Some((text, mime)) => Handled::Result(self.finish(
                 json!({"contents": [{"uri": uri, "mimeType": mime, "text": text}]}),
@@ -294,6 +311,34 @@ impl Sample {
             )),
             None => Handled::Error(not_found(&uri)),
         }
+    }
+
+    /// A resource behind a confirmation (MRTR): `input_required` until the retry carries an
+    /// accepted `confirm` answer and the echoed `requestState`.
+    fn read_secret(&self, uri: &str, params: &RawObject<'_>) -> Handled {
+        let answers: Value = params
+            .get("inputResponses")
+            .and_then(|a| serde_json::from_str(a.get()).ok())
+            .unwrap_or(Value::Null);
+        let state_ok = params.get_str("requestState").as_deref() == Some("confirm-1");
+        if state_ok && answers["confirm"]["action"] == "accept" {
+            let text = format!(
+                "the secret, fetch {}",
+                self.0.private_reads.fetch_add(1, Ordering::Relaxed) + 1
+            );
+            return Handled::Result(self.finish_scoped(
+                json!({"contents": [{"uri": uri, "mimeType": "text/plain", "text": text}]}),
+                true,
+                false,
+            ));
+        }
+        Handled::Result(json!({
+            "resultType": "input_required",
+            "inputRequests": {"confirm": {"method": "elicitation/create", "params": {
+                "mode": "form", "message": "Reveal the secret?",
+                "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}}}}},
+            "requestState": "confirm-1"
+        }))
     }
 
     fn call(&self, params: &RawObject<'_>) -> Handled {
@@ -432,6 +477,15 @@ impl Drop for ListenGuard {
     fn drop(&mut self) {
         self.0.0.listens_open.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// `_meta.clientInfo.name` of a request, or `anonymous`.
+fn client_name(params: &RawObject<'_>) -> String {
+    params
+        .get("_meta")
+        .and_then(|m| serde_json::from_str::<Value>(m.get()).ok())
+        .and_then(|m| m[mcp::META_CLIENT_INFO]["name"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| "anonymous".into())
 }
 
 fn not_found(uri: &str) -> RpcError {

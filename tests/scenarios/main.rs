@@ -3,6 +3,7 @@
 
 mod support;
 
+mod cache;
 mod merge;
 mod namespace;
 mod rmcp_interop;

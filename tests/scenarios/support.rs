@@ -79,6 +79,19 @@ impl Exchange {
             .unwrap_or_else(|| panic!("expected an error, got {v}"))
     }
 
+    /// The `resmux-cache` header.
+    pub fn cache(&self) -> &str {
+        self.header("resmux-cache").unwrap_or("")
+    }
+
+    /// `result.contents[0].text` of a read.
+    pub fn text(&self) -> String {
+        self.result()["contents"][0]["text"]
+            .as_str()
+            .expect("text contents")
+            .to_owned()
+    }
+
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
@@ -90,6 +103,8 @@ impl Exchange {
 pub struct McpClient {
     url: String,
     http: Client<HttpConnector, Full<Bytes>>,
+    /// Sent as `Authorization: Bearer {principal}` and as `clientInfo.name`, when set.
+    principal: Option<String>,
 }
 
 /// The `_meta` of a conforming request.
@@ -108,12 +123,24 @@ impl McpClient {
         Self {
             url: url.to_owned(),
             http: Client::builder(TokioExecutor::new()).build(connector),
+            principal: None,
+        }
+    }
+
+    /// The same client, authenticating as `name` (which it also gives as its clientInfo name).
+    pub fn as_principal(&self, name: &str) -> Self {
+        Self {
+            principal: Some(name.to_owned()),
+            ..self.clone()
         }
     }
 
     /// Sends a conforming request: `params` gets `_meta`, headers mirror the body.
     pub async fn request(&self, method: &str, mut params: Value) -> Exchange {
         params["_meta"] = meta();
+        if let Some(p) = &self.principal {
+            params["_meta"]["io.modelcontextprotocol/clientInfo"]["name"] = json!(p);
+        }
         let name = match method {
             "tools/call" | "prompts/get" => params["name"].as_str().map(str::to_owned),
             "resources/read" => params["uri"].as_str().map(str::to_owned),
@@ -140,6 +167,9 @@ impl McpClient {
             .header("accept", "application/json, text/event-stream");
         for (k, v) in headers {
             req = req.header(*k, v);
+        }
+        if let Some(p) = &self.principal {
+            req = req.header("authorization", format!("Bearer {p}"));
         }
         let resp = tokio::time::timeout(
             DEADLINE,

@@ -1,0 +1,160 @@
+//! The result cache (DESIGN §4): upstream results stored in their final downstream form,
+//! weighed in bytes, fresh for the upstream's clamped `ttlMs`, shared when `public` and kept
+//! within one principal when `private`; concurrent misses collapse into one upstream request;
+//! upstream notifications invalidate entries through epochs.
+
+mod entry;
+mod epochs;
+mod flight;
+mod key;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+pub use entry::{Entry, Stored, splice_ttl};
+pub use epochs::{Epochs, Ticket};
+pub use flight::{FlightKey, Flights};
+pub use key::{CacheKey, CachedMethod, Partition, canonical_params};
+
+use crate::auth::Principal;
+use crate::config::CacheConfig;
+
+/// What a lookup found.
+pub enum Lookup {
+    /// A fresh entry: serve it.
+    Fresh(Arc<Entry>),
+    /// An entry past its TTL (or invalidated) but inside the stale-if-error window: serve it
+    /// only if a refetch fails.
+    Stale(Arc<Entry>),
+    Miss,
+}
+
+/// Cheap handle over the cache.
+#[derive(Clone)]
+pub struct Cache(Arc<Inner>);
+
+struct Inner {
+    config: CacheConfig,
+    store: moka::sync::Cache<CacheKey, Arc<Entry>>,
+    epochs: Epochs,
+}
+
+/// Reclaims memory of entries past their stale window. Freshness itself is decided at lookup
+/// with tokio's clock (so paused-time tests see expiry), this only frees space.
+struct Reclaim;
+
+impl moka::Expiry<CacheKey, Arc<Entry>> for Reclaim {
+    fn expire_after_create(
+        &self,
+        _k: &CacheKey,
+        v: &Arc<Entry>,
+        _at: std::time::Instant,
+    ) -> Option<Duration> {
+        Some(v.ttl + v.stale_window)
+    }
+}
+
+impl Cache {
+    /// A cache bounded by `config.max_bytes`, `upstreams` wide.
+    pub fn new(config: CacheConfig, upstreams: usize) -> Self {
+        let store = moka::sync::Cache::builder()
+            .max_capacity(config.max_bytes)
+            .weigher(|k: &CacheKey, v: &Arc<Entry>| {
+                u32::try_from(k.weight() + v.weight()).unwrap_or(u32::MAX)
+            })
+            .expire_after(Reclaim)
+            .build();
+        Self(Arc::new(Inner {
+            config,
+            store,
+            epochs: Epochs::new(upstreams),
+        }))
+    }
+
+    /// Whether caching is on.
+    pub fn enabled(&self) -> bool {
+        self.0.config.enabled
+    }
+
+    /// The invalidation epochs (notifications bump them).
+    pub fn epochs(&self) -> &Epochs {
+        &self.0.epochs
+    }
+
+    /// Looks `key` up in the public partition, then in `principal`'s.
+    pub fn lookup(&self, key: &mut CacheKey, principal: &Principal) -> Lookup {
+        key.partition = Partition::Public;
+        if let found @ (Lookup::Fresh(_) | Lookup::Stale(_)) = self.lookup_one(key) {
+            return found;
+        }
+        key.partition = Partition::Private(principal.clone());
+        self.lookup_one(key)
+    }
+
+    fn lookup_one(&self, key: &CacheKey) -> Lookup {
+        let Some(entry) = self.0.store.get(key) else {
+            return Lookup::Miss;
+        };
+        let now = Instant::now();
+        let age = now.saturating_duration_since(entry.stored_at);
+        let current = self.0.epochs.is_current(&entry.ticket);
+        if current && age < entry.ttl {
+            Lookup::Fresh(entry)
+        } else if age < entry.ttl + entry.stale_window {
+            Lookup::Stale(entry)
+        } else {
+            self.0.store.invalidate(key);
+            Lookup::Miss
+        }
+    }
+
+    /// The TTL to store for an upstream `ttl_ms`: clamped to `[min_ttl, max_ttl]`; 0 stays 0
+    /// (not cached).
+    pub fn clamp_ttl(&self, ttl_ms: u64) -> Duration {
+        if ttl_ms == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_millis(ttl_ms).clamp(self.0.config.min_ttl, self.0.config.max_ttl)
+    }
+
+    /// Stores `stored` under `key` (whose partition the caller set from the result's scope),
+    /// unless it is too large or not worth keeping. Returns whether it was stored.
+    pub fn store(&self, key: CacheKey, stored: Stored, ttl: Duration, ticket: Ticket) -> bool {
+        let public = key.partition == Partition::Public;
+        if !self.0.config.enabled || ttl.is_zero() {
+            return false;
+        }
+        if stored.len() as u64 > self.0.config.max_entry_bytes {
+            return false;
+        }
+        let entry = Entry {
+            stored,
+            stored_at: Instant::now(),
+            ttl,
+            stale_window: self.0.config.stale_if_error,
+            ticket,
+            public,
+        };
+        self.0.store.insert(key, Arc::new(entry));
+        true
+    }
+
+    /// Lifetime of a negative ("resource not found") entry.
+    pub fn negative_ttl(&self) -> Duration {
+        self.0.config.negative_ttl
+    }
+
+    /// Bytes currently weighed by the store (after pending maintenance).
+    pub fn weighted_size(&self) -> u64 {
+        self.0.store.run_pending_tasks();
+        self.0.store.weighted_size()
+    }
+
+    /// Number of entries (after pending maintenance).
+    pub fn entry_count(&self) -> u64 {
+        self.0.store.run_pending_tasks();
+        self.0.store.entry_count()
+    }
+}

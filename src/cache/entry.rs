@@ -1,0 +1,134 @@
+//! What the cache stores: results in their final downstream form, ready to be written with
+//! only the request id and the remaining TTL spliced in.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::epochs::Ticket;
+use crate::jsonrpc::RawObject;
+
+/// A stored answer.
+#[derive(Debug, Clone)]
+pub enum Stored {
+    /// A complete result, without its `ttlMs`: the JSON object text after the opening brace
+    /// (`"contents":[…],"cacheScope":"public"}`), so that `{"ttlMs":N,` can be written in
+    /// front of it on every hit without parsing anything.
+    Result { tail: Bytes },
+    /// One upstream's list page: its items in downstream form (comma-separated, no brackets),
+    /// its own `nextCursor`, and its scope.
+    Page {
+        items: Bytes,
+        next: Option<Box<str>>,
+        public: bool,
+    },
+    /// A "resource not found" answer (negative entry).
+    NotFound,
+}
+
+impl Stored {
+    /// A result's stored form: `ttlMs` removed. `None` when `result` is not an object.
+    pub fn result(result: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(result).ok()?;
+        Some(Self::result_of(&RawObject::parse_str(text).ok()?))
+    }
+
+    /// The stored form of a parsed result object.
+    pub fn result_of(obj: &RawObject<'_>) -> Self {
+        let mut obj = obj.clone();
+        obj.remove("ttlMs");
+        let mut out = obj.to_vec();
+        out.remove(0); // the opening brace; written again at splice time
+        Stored::Result {
+            tail: Bytes::from(out),
+        }
+    }
+
+    /// Bytes held.
+    pub fn len(&self) -> usize {
+        match self {
+            Stored::Result { tail } => tail.len(),
+            Stored::Page { items, next, .. } => items.len() + next.as_ref().map_or(0, |n| n.len()),
+            Stored::NotFound => 0,
+        }
+    }
+
+    /// Whether it holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Writes a stored result with `ttlMs` set to `ttl_ms`.
+pub fn splice_ttl(tail: &[u8], ttl_ms: u64) -> Bytes {
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(ttl_ms).as_bytes();
+    let mut out = Vec::with_capacity(tail.len() + digits.len() + 12);
+    out.extend_from_slice(b"{\"ttlMs\":");
+    out.extend_from_slice(digits);
+    if tail.first() != Some(&b'}') {
+        out.push(b',');
+    }
+    out.extend_from_slice(tail);
+    Bytes::from(out)
+}
+
+/// One cache entry.
+#[derive(Debug)]
+pub struct Entry {
+    pub stored: Stored,
+    /// When it was fetched (tokio's clock, so paused-time tests can move it).
+    pub stored_at: Instant,
+    /// Freshness lifetime (the clamped `ttlMs`).
+    pub ttl: Duration,
+    /// How long past `ttl` it may still be served if a refetch fails.
+    pub stale_window: Duration,
+    /// Invalidation epochs at fetch start.
+    pub ticket: Ticket,
+    /// Whether it sits in the public partition.
+    pub public: bool,
+}
+
+impl Entry {
+    /// Bytes this entry costs in the store.
+    pub fn weight(&self) -> usize {
+        std::mem::size_of::<Self>() + self.stored.len()
+    }
+
+    /// Time left until it goes stale, in milliseconds (0 once stale).
+    pub fn remaining_ms(&self) -> u64 {
+        let age = Instant::now().saturating_duration_since(self.stored_at);
+        self.ttl.saturating_sub(age).as_millis() as u64
+    }
+
+    /// Whole seconds since it was fetched (the HTTP `Age`).
+    pub fn age_secs(&self) -> u64 {
+        Instant::now()
+            .saturating_duration_since(self.stored_at)
+            .as_secs()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_is_spliced_without_parsing() {
+        let Stored::Result { tail } =
+            Stored::result(br#"{"contents":[],"ttlMs":60000,"cacheScope":"public"}"#).unwrap()
+        else {
+            panic!()
+        };
+        let out = splice_ttl(&tail, 1234);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["ttlMs"], 1234);
+        assert_eq!(v["cacheScope"], "public");
+        let Stored::Result { tail } = Stored::result(b"{}").unwrap() else {
+            panic!()
+        };
+        assert_eq!(&splice_ttl(&tail, 5)[..], br#"{"ttlMs":5}"#);
+        assert!(Stored::result(b"[1]").is_none());
+    }
+}

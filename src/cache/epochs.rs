@@ -1,0 +1,152 @@
+//! Invalidation by epochs. Every notification that invalidates something bumps an epoch; an
+//! entry remembers the epochs current when its fetch *started*, and is stale once any of them
+//! moved. This evicts in every partition at O(1) per notification, and a fetch that races a
+//! notification can never store pre-change content as fresh.
+
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::key::CachedMethod;
+
+/// Most (upstream, URI) epochs remembered. An evicted epoch reads as 0, which can only make an
+/// entry look stale (a spurious miss), never fresh.
+const MAX_URI_EPOCHS: u64 = 1 << 18;
+
+/// The epochs an entry depends on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ticket {
+    upstream: u32,
+    /// The upstream's stream epoch (bumped when its notification stream was lost).
+    stream: u64,
+    scope: Scope,
+    /// The epoch of `scope` at fetch start.
+    epoch: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// A read of the URI with this hash.
+    Uri(u64),
+    /// A list kind (index into the per-upstream list epochs).
+    List(usize),
+}
+
+/// All epochs.
+pub struct Epochs {
+    counter: AtomicU64,
+    streams: Vec<AtomicU64>,
+    /// Per upstream: resources/list, templates, tools, prompts.
+    lists: Vec<[AtomicU64; 4]>,
+    uris: moka::sync::Cache<(u32, u64), u64>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+fn list_index(method: CachedMethod) -> usize {
+    match method {
+        CachedMethod::ResourcesList => 0,
+        CachedMethod::TemplatesList => 1,
+        CachedMethod::ToolsList => 2,
+        CachedMethod::PromptsList => 3,
+        CachedMethod::ResourcesRead => unreachable!("reads are keyed by URI"),
+    }
+}
+
+impl Epochs {
+    pub fn new(upstreams: usize) -> Self {
+        Self {
+            counter: AtomicU64::new(1),
+            streams: (0..upstreams).map(|_| AtomicU64::new(0)).collect(),
+            lists: (0..upstreams).map(|_| Default::default()).collect(),
+            uris: moka::sync::Cache::builder()
+                .max_capacity(MAX_URI_EPOCHS)
+                .time_to_idle(Duration::from_secs(24 * 3600))
+                .build(),
+            hasher: Default::default(),
+        }
+    }
+
+    fn next(&self) -> u64 {
+        self.counter.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn uri_hash(&self, uri: &str) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        uri.hash(&mut h);
+        h.finish()
+    }
+
+    /// The ticket for a fetch of `method` (with `uri` for reads) from `upstream`, taken before
+    /// the upstream request is sent.
+    pub fn ticket(&self, upstream: u32, method: CachedMethod, uri: Option<&str>) -> Ticket {
+        let u = upstream as usize;
+        let (scope, epoch) = match (method, uri) {
+            (CachedMethod::ResourcesRead, Some(uri)) => {
+                let h = self.uri_hash(uri);
+                (Scope::Uri(h), self.uris.get(&(upstream, h)).unwrap_or(0))
+            }
+            (CachedMethod::ResourcesRead, None) => (Scope::Uri(0), 0),
+            (m, _) => {
+                let i = list_index(m);
+                (Scope::List(i), self.lists[u][i].load(Ordering::Acquire))
+            }
+        };
+        Ticket {
+            upstream,
+            stream: self.streams[u].load(Ordering::Acquire),
+            scope,
+            epoch,
+        }
+    }
+
+    /// Whether nothing the ticket depends on changed since it was taken.
+    pub fn is_current(&self, t: &Ticket) -> bool {
+        let u = t.upstream as usize;
+        let epoch = match t.scope {
+            Scope::Uri(h) => self.uris.get(&(t.upstream, h)).unwrap_or(0),
+            Scope::List(i) => self.lists[u][i].load(Ordering::Acquire),
+        };
+        epoch == t.epoch && self.streams[u].load(Ordering::Acquire) == t.stream
+    }
+
+    /// `notifications/resources/updated` for `uri`: its reads go stale in every partition.
+    pub fn uri_changed(&self, upstream: u32, uri: &str) {
+        let h = self.uri_hash(uri);
+        self.uris.insert((upstream, h), self.next());
+    }
+
+    /// A `list_changed` notification: that list's pages go stale.
+    pub fn list_changed(&self, upstream: u32, method: CachedMethod) {
+        self.lists[upstream as usize][list_index(method)].store(self.next(), Ordering::Release);
+    }
+
+    /// The upstream's notification stream was lost: everything from it goes stale, since
+    /// changes during the gap are unknown.
+    pub fn stream_lost(&self, upstream: u32) {
+        self.streams[upstream as usize].store(self.next(), Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_notification_invalidates_what_it_names_and_nothing_else() {
+        let e = Epochs::new(2);
+        let read_a = e.ticket(0, CachedMethod::ResourcesRead, Some("a"));
+        let read_b = e.ticket(0, CachedMethod::ResourcesRead, Some("b"));
+        let list = e.ticket(0, CachedMethod::ResourcesList, None);
+        let tools = e.ticket(0, CachedMethod::ToolsList, None);
+        let other = e.ticket(1, CachedMethod::ResourcesRead, Some("a"));
+        e.uri_changed(0, "a");
+        assert!(!e.is_current(&read_a));
+        assert!(e.is_current(&read_b) && e.is_current(&list) && e.is_current(&other));
+        e.list_changed(0, CachedMethod::ResourcesList);
+        assert!(!e.is_current(&list) && e.is_current(&tools));
+        e.stream_lost(0);
+        assert!(!e.is_current(&read_b) && !e.is_current(&tools) && e.is_current(&other));
+        // A ticket taken after the change is current.
+        assert!(e.is_current(&e.ticket(0, CachedMethod::ResourcesRead, Some("a"))));
+    }
+}

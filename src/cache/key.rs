@@ -1,0 +1,106 @@
+//! Cache keys: upstream, method, canonical params without `_meta`, protocol era, partition.
+
+use std::hash::{Hash, Hasher};
+
+use crate::auth::Principal;
+use crate::jsonrpc::{RawObject, write_json_string};
+
+/// Methods whose complete results are cacheable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CachedMethod {
+    ResourcesRead,
+    ResourcesList,
+    TemplatesList,
+    ToolsList,
+    PromptsList,
+}
+
+impl CachedMethod {
+    pub fn of(method: &str) -> Option<Self> {
+        use crate::mcp::method as m;
+        Some(match method {
+            m::RESOURCES_READ => Self::ResourcesRead,
+            m::RESOURCES_LIST => Self::ResourcesList,
+            m::RESOURCES_TEMPLATES_LIST => Self::TemplatesList,
+            m::TOOLS_LIST => Self::ToolsList,
+            m::PROMPTS_LIST => Self::PromptsList,
+            _ => return None,
+        })
+    }
+}
+
+/// Who may see an entry.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Partition {
+    /// `cacheScope: public`: anyone.
+    Public,
+    /// `private` (or no scope): only this principal.
+    Private(Principal),
+}
+
+/// A cache key. Its partition is set at lookup (public first, then the caller's) and at store
+/// (from the result's scope).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheKey {
+    pub upstream: u32,
+    pub method: CachedMethod,
+    /// Protocol era of the upstream at fetch time (its version's index).
+    pub era: u8,
+    /// Canonical params: top-level keys sorted, `_meta` dropped, values verbatim.
+    pub params: Box<str>,
+    pub partition: Partition,
+}
+
+impl Hash for CacheKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.upstream.hash(state);
+        self.method.hash(state);
+        self.era.hash(state);
+        self.params.hash(state);
+        self.partition.hash(state);
+    }
+}
+
+impl CacheKey {
+    /// Bytes this key costs in the store.
+    pub fn weight(&self) -> usize {
+        std::mem::size_of::<Self>() + self.params.len()
+    }
+}
+
+/// Canonical form of request params for keying: top-level keys sorted, `_meta` (and the MRTR
+/// fields, which make a request uncacheable anyway) dropped, values as sent.
+pub fn canonical_params(params: &RawObject<'_>) -> Box<str> {
+    let mut entries: Vec<(&str, &serde_json::value::RawValue)> =
+        params.iter().filter(|(k, _)| *k != "_meta").collect();
+    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let mut out = Vec::with_capacity(64);
+    out.push(b'{');
+    for (i, (k, v)) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_json_string(&mut out, k);
+        out.push(b':');
+        out.extend_from_slice(v.get().as_bytes());
+    }
+    out.push(b'}');
+    String::from_utf8(out)
+        .expect("JSON text is UTF-8")
+        .into_boxed_str()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_ignores_meta_and_order() {
+        let a = RawObject::parse_str(r#"{"uri":"x","_meta":{"a":1},"b":2}"#).unwrap();
+        let b = RawObject::parse_str(r#"{"b":2,"uri":"x"}"#).unwrap();
+        assert_eq!(canonical_params(&a), canonical_params(&b));
+        assert_eq!(&*canonical_params(&a), r#"{"b":2,"uri":"x"}"#);
+        let c = RawObject::parse_str(r#"{"uri":"y"}"#).unwrap();
+        assert_ne!(canonical_params(&a), canonical_params(&c));
+    }
+}

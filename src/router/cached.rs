@@ -1,0 +1,212 @@
+//! The cache in the request path: lookup (public partition, then the caller's), single-flight
+//! on a miss, store by the result's own hints, stale-if-error.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{CacheStatus, Call, Router};
+use crate::auth::Principal;
+use crate::cache::{
+    CacheKey, CachedMethod, Entry, Lookup, Partition, Stored, canonical_params, splice_ttl,
+};
+use crate::error::Error;
+use crate::jsonrpc::{RawObject, RpcError};
+
+/// An answer from one upstream, as the router works with it.
+#[derive(Debug, Clone)]
+pub(super) enum Got {
+    /// A result in downstream form (namespaced), with its `ttlMs`.
+    Result(Bytes),
+    /// "Resource not found".
+    NotFound,
+    /// The upstream's own error, relayed (never cached).
+    Relayed(RpcError),
+    /// One upstream's list page.
+    Page {
+        items: Bytes,
+        next: Option<Box<str>>,
+    },
+}
+
+/// What a fetch from an upstream produced.
+pub(super) struct Fetched {
+    pub got: Got,
+    /// The form to store, when the answer is cacheable (complete, not an error).
+    pub stored: Option<Stored>,
+    pub public: bool,
+    /// The upstream's `ttlMs` (after defaults).
+    pub ttl_ms: u64,
+}
+
+/// An answer with its cache metadata.
+#[derive(Debug, Clone)]
+pub(super) struct Served {
+    pub got: Got,
+    pub public: bool,
+    /// The `ttlMs` to report: remaining for hits, the stored (clamped) TTL for misses.
+    pub ttl_ms: u64,
+    pub status: CacheStatus,
+    /// Seconds since the upstream produced it, for cached answers.
+    pub age: Option<u64>,
+}
+
+impl Served {
+    fn from_entry(entry: &Entry, status: CacheStatus) -> Self {
+        let ttl_ms = entry.remaining_ms();
+        let got = match &entry.stored {
+            Stored::Result { tail } => Got::Result(splice_ttl(tail, ttl_ms)),
+            Stored::Page { items, next, .. } => Got::Page {
+                items: items.clone(),
+                next: next.clone(),
+            },
+            Stored::NotFound => Got::NotFound,
+        };
+        Self {
+            got,
+            public: entry.public,
+            ttl_ms,
+            status,
+            age: Some(entry.age_secs()),
+        }
+    }
+
+    fn fresh(f: Fetched, status: CacheStatus) -> Self {
+        Self {
+            got: f.got,
+            public: f.public,
+            ttl_ms: f.ttl_ms,
+            status,
+            age: None,
+        }
+    }
+}
+
+/// A leader's outcome, shared with the waiters of its flight.
+pub(super) type Shared = Result<Arc<(Served, Principal)>, Error>;
+
+/// Whether a request is an MRTR retry, whose result must never be cached (nor served from
+/// cache: it carries answers the upstream has to see).
+pub(super) fn is_mrtr_retry(params: &RawObject<'_>) -> bool {
+    params.contains("inputResponses") || params.contains("requestState")
+}
+
+impl Router {
+    /// The key of a request to upstream `index` with downstream params edited by `edit`.
+    pub(super) fn cache_key(
+        &self,
+        call: &Call<'_>,
+        index: usize,
+        method: CachedMethod,
+        edit: impl FnOnce(&mut RawObject<'_>),
+    ) -> CacheKey {
+        let mut params = call.params.clone();
+        edit(&mut params);
+        CacheKey {
+            upstream: index as u32,
+            method,
+            era: self.0.upstreams[index].era(),
+            params: canonical_params(&params),
+            partition: Partition::Public,
+        }
+    }
+
+    /// Serves `key` from the cache or, on a miss, from `fetch` (once for all concurrent
+    /// callers). `uri` names the resource of a read, for invalidation.
+    pub(super) async fn through_cache<F, Fut>(
+        &self,
+        call: &Call<'_>,
+        mut key: CacheKey,
+        uri: Option<&str>,
+        fetch: F,
+    ) -> Result<Served, Error>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<Fetched, Error>>,
+    {
+        let upstream = &self.0.upstreams[key.upstream as usize];
+        if !self.0.cache.enabled() || !upstream.config().cache || is_mrtr_retry(&call.params) {
+            return Ok(Served::fresh(fetch().await?, CacheStatus::Bypass));
+        }
+        let principal = call.principal;
+        let stale = match self.0.cache.lookup(&mut key, principal) {
+            Lookup::Fresh(entry) => return Ok(Served::from_entry(&entry, CacheStatus::Hit)),
+            Lookup::Stale(entry) => Some(entry),
+            Lookup::Miss => None,
+        };
+        key.partition = Partition::Public;
+        let (mut outcome, _) = self
+            .0
+            .flights
+            .run(key.clone(), || self.lead(&key, uri, principal, &fetch))
+            .await;
+        // A private outcome belongs to the leader's principal alone: fetch our own.
+        if let Ok(shared) = &outcome
+            && !shared.0.public
+            && shared.1 != *principal
+        {
+            key.partition = Partition::Private(principal.clone());
+            outcome = self
+                .0
+                .flights
+                .run(key.clone(), || self.lead(&key, uri, principal, &fetch))
+                .await
+                .0;
+        }
+        match outcome {
+            Ok(shared) => Ok(shared.0.clone()),
+            Err(Error::Upstream(e)) if stale.is_some() => {
+                let entry = stale.expect("checked");
+                tracing::info!(upstream = %upstream.name(), error = %e, "serving stale entry after refetch failure");
+                Ok(Served::from_entry(&entry, CacheStatus::Stale))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The flight leader: takes the invalidation ticket, fetches, stores what is cacheable.
+    async fn lead<F, Fut>(
+        &self,
+        key: &CacheKey,
+        uri: Option<&str>,
+        principal: &Principal,
+        fetch: &F,
+    ) -> Shared
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<Fetched, Error>>,
+    {
+        let cache = &self.0.cache;
+        let ticket = cache.epochs().ticket(key.upstream, key.method, uri);
+        let mut fetched = fetch().await?;
+        if let Some(stored) = fetched.stored.take() {
+            let ttl = match stored {
+                Stored::NotFound => cache.negative_ttl(),
+                _ => cache.clamp_ttl(fetched.ttl_ms),
+            };
+            // Negative entries are kept per principal: another may be allowed to see more.
+            let public = fetched.public && !matches!(stored, Stored::NotFound);
+            let mut k = key.clone();
+            k.partition = if public {
+                Partition::Public
+            } else {
+                Partition::Private(principal.clone())
+            };
+            let tail = match &stored {
+                Stored::Result { tail } => Some(tail.clone()),
+                _ => None,
+            };
+            if cache.store(k, stored, ttl, ticket) {
+                let ttl_ms = ttl.as_millis() as u64;
+                fetched.ttl_ms = ttl_ms;
+                if let Some(tail) = tail {
+                    fetched.got = Got::Result(splice_ttl(&tail, ttl_ms));
+                }
+            }
+        }
+        Ok(Arc::new((
+            Served::fresh(fetched, CacheStatus::Miss),
+            principal.clone(),
+        )))
+    }
+}
