@@ -12,6 +12,7 @@ use crate::auth::Authenticator;
 use crate::cache::Cache;
 use crate::config::Config;
 use crate::downstream::{self, Endpoint};
+use crate::hub::Hub;
 use crate::router::Router;
 use crate::router::cursor::CursorCodec;
 use crate::upstream::{Upstream, http};
@@ -22,16 +23,14 @@ pub enum StartError {
     #[error("invalid configuration:\n{}", .0.join("\n"))]
     Config(Vec<String>),
     #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Bind { addr: SocketAddr, source: std::io::Error },
 }
 
 /// A running proxy.
 pub struct App {
     addr: SocketAddr,
     router: Router,
+    hub: Hub,
     cancel: CancellationToken,
     tracker: TaskTracker,
 }
@@ -44,12 +43,7 @@ impl App {
     pub async fn start(config: Config) -> Result<Self, StartError> {
         let problems = config.validate();
         if !problems.is_empty() {
-            return Err(StartError::Config(
-                problems
-                    .into_iter()
-                    .map(|(p, m)| format!("{p}: {m}"))
-                    .collect(),
-            ));
+            return Err(StartError::Config(problems.into_iter().map(|(p, m)| format!("{p}: {m}")).collect()));
         }
         let cancel = CancellationToken::new();
         let tracker = TaskTracker::new();
@@ -77,34 +71,17 @@ impl App {
             return Err(StartError::Config(errors));
         }
         let cache = Cache::new(config.cache.clone(), upstreams.len());
-        let router = Router::new(upstreams, config.proxy.clone(), cursors, cache);
-        let endpoint = Endpoint::new(router.clone(), Authenticator::new(), &config.listen);
-        let listener = TcpListener::bind(config.listen.addr)
-            .await
-            .map_err(|source| {
-                cancel.cancel();
-                StartError::Bind {
-                    addr: config.listen.addr,
-                    source,
-                }
-            })?;
-        let addr = listener.local_addr().map_err(|source| StartError::Bind {
-            addr: config.listen.addr,
-            source,
+        let router = Router::new(upstreams.clone(), config.proxy.clone(), cursors, cache.clone());
+        let hub = Hub::start(config.hub.clone(), upstreams, router.namespace().clone(), cache, &cancel, &tracker);
+        let endpoint = Endpoint::new(router.clone(), hub.clone(), Authenticator::new(), &config.listen);
+        let listener = TcpListener::bind(config.listen.addr).await.map_err(|source| {
+            cancel.cancel();
+            StartError::Bind { addr: config.listen.addr, source }
         })?;
-        tracker.spawn(downstream::serve(
-            listener,
-            endpoint,
-            config.listen.max_connections,
-            cancel.clone(),
-        ));
+        let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: config.listen.addr, source })?;
+        tracker.spawn(downstream::serve(listener, endpoint, config.listen.max_connections, cancel.clone()));
         tracing::info!(%addr, path = %config.listen.path, upstreams = config.upstreams.len(), "resmux listening");
-        Ok(Self {
-            addr,
-            router,
-            cancel,
-            tracker,
-        })
+        Ok(Self { addr, router, hub, cancel, tracker })
     }
 
     /// The bound address (useful with port 0).
@@ -117,14 +94,16 @@ impl App {
         &self.router
     }
 
+    /// The subscription hub.
+    pub fn hub(&self) -> &Hub {
+        &self.hub
+    }
+
     /// Stops accepting, drains open requests, stops upstream processes.
     pub async fn shutdown(self) {
         self.cancel.cancel();
         self.tracker.close();
-        if tokio::time::timeout(STOP_GRACE, self.tracker.wait())
-            .await
-            .is_err()
-        {
+        if tokio::time::timeout(STOP_GRACE, self.tracker.wait()).await.is_err() {
             tracing::warn!("some tasks did not stop in time");
         }
     }

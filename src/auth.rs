@@ -39,9 +39,7 @@ impl Authenticator {
     /// A deriver with a per-process random key: partitions do not outlive the process, which
     /// is what an in-memory cache needs.
     pub fn new() -> Self {
-        Self {
-            key: rand::random(),
-        }
+        Self { key: rand::random() }
     }
 
     /// The principal for an `Authorization` header value (`None`: anonymous).
@@ -72,14 +70,8 @@ mod tests {
     #[test]
     fn same_token_same_principal_and_no_leak_in_debug() {
         let a = Authenticator::new();
-        assert_eq!(
-            a.principal(Some(b"Bearer x")),
-            a.principal(Some(b"Bearer x"))
-        );
-        assert_ne!(
-            a.principal(Some(b"Bearer x")),
-            a.principal(Some(b"Bearer y"))
-        );
+        assert_eq!(a.principal(Some(b"Bearer x")), a.principal(Some(b"Bearer x")));
+        assert_ne!(a.principal(Some(b"Bearer x")), a.principal(Some(b"Bearer y")));
         assert_eq!(a.principal(None), Principal::Anonymous);
         assert!(!format!("{:?}", a.principal(Some(b"Bearer secret"))).contains("secret"));
     }

@@ -46,12 +46,7 @@ struct Inner {
 struct Reclaim;
 
 impl moka::Expiry<CacheKey, Arc<Entry>> for Reclaim {
-    fn expire_after_create(
-        &self,
-        _k: &CacheKey,
-        v: &Arc<Entry>,
-        _at: std::time::Instant,
-    ) -> Option<Duration> {
+    fn expire_after_create(&self, _k: &CacheKey, v: &Arc<Entry>, _at: std::time::Instant) -> Option<Duration> {
         Some(v.ttl + v.stale_window)
     }
 }
@@ -61,16 +56,10 @@ impl Cache {
     pub fn new(config: CacheConfig, upstreams: usize) -> Self {
         let store = moka::sync::Cache::builder()
             .max_capacity(config.max_bytes)
-            .weigher(|k: &CacheKey, v: &Arc<Entry>| {
-                u32::try_from(k.weight() + v.weight()).unwrap_or(u32::MAX)
-            })
+            .weigher(|k: &CacheKey, v: &Arc<Entry>| u32::try_from(k.weight() + v.weight()).unwrap_or(u32::MAX))
             .expire_after(Reclaim)
             .build();
-        Self(Arc::new(Inner {
-            config,
-            store,
-            epochs: Epochs::new(upstreams),
-        }))
+        Self(Arc::new(Inner { config, store, epochs: Epochs::new(upstreams) }))
     }
 
     /// Whether caching is on.

@@ -3,6 +3,7 @@
 //! checks the cross-field rules. `app::build` turns a valid config into running parts.
 
 mod cache;
+mod hub;
 mod listen;
 mod load;
 mod proxy;
@@ -12,6 +13,7 @@ mod validate;
 use serde::Deserialize;
 
 pub use cache::CacheConfig;
+pub use hub::HubConfig;
 pub use listen::ListenConfig;
 pub use load::{ConfigError, ConfigErrors, load, parse};
 pub use proxy::{LogConfig, LogFormat, ProxyConfig};
@@ -30,6 +32,9 @@ pub struct Config {
     /// The result cache.
     #[serde(default)]
     pub cache: CacheConfig,
+    /// The subscription hub.
+    #[serde(default)]
+    pub hub: HubConfig,
     /// Logging.
     #[serde(default)]
     pub log: LogConfig,

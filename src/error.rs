@@ -47,10 +47,7 @@ pub enum DownstreamError {
     #[error("Header mismatch: {0}")]
     HeaderMismatch(String),
     #[error("Unsupported protocol version")]
-    UnsupportedVersion {
-        requested: String,
-        supported: Vec<String>,
-    },
+    UnsupportedVersion { requested: String, supported: Vec<String> },
     #[error("Request body exceeds {limit} bytes")]
     BodyTooLarge { limit: usize },
     #[error("Origin not allowed")]
@@ -140,58 +137,32 @@ impl Error {
         let msg = self.to_string();
         match self {
             Error::Downstream(d) => match d {
-                D::Parse(_) => (
-                    StatusCode::BAD_REQUEST,
-                    RpcError::new(code::PARSE_ERROR, msg),
-                ),
-                D::InvalidRequest(_) => (
-                    StatusCode::BAD_REQUEST,
-                    RpcError::new(code::INVALID_REQUEST, msg),
-                ),
-                D::MethodNotFound(m) => (
-                    StatusCode::NOT_FOUND,
-                    RpcError::new(code::METHOD_NOT_FOUND, msg).with_data(json!({"method": m})),
-                ),
-                D::MissingMeta(_) | D::InvalidParams(_) => (
-                    StatusCode::BAD_REQUEST,
-                    RpcError::new(code::INVALID_PARAMS, msg),
-                ),
-                D::ResourceNotFound { uri } => (
-                    StatusCode::OK,
-                    RpcError::new(code::INVALID_PARAMS, msg).with_data(json!({"uri": uri})),
-                ),
-                D::HeaderMismatch(_) => (
-                    StatusCode::BAD_REQUEST,
-                    RpcError::new(code::HEADER_MISMATCH, msg),
-                ),
-                D::UnsupportedVersion {
-                    requested,
-                    supported,
-                } => (
+                D::Parse(_) => (StatusCode::BAD_REQUEST, RpcError::new(code::PARSE_ERROR, msg)),
+                D::InvalidRequest(_) => (StatusCode::BAD_REQUEST, RpcError::new(code::INVALID_REQUEST, msg)),
+                D::MethodNotFound(m) => {
+                    (StatusCode::NOT_FOUND, RpcError::new(code::METHOD_NOT_FOUND, msg).with_data(json!({"method": m})))
+                }
+                D::MissingMeta(_) | D::InvalidParams(_) => {
+                    (StatusCode::BAD_REQUEST, RpcError::new(code::INVALID_PARAMS, msg))
+                }
+                D::ResourceNotFound { uri } => {
+                    (StatusCode::OK, RpcError::new(code::INVALID_PARAMS, msg).with_data(json!({"uri": uri})))
+                }
+                D::HeaderMismatch(_) => (StatusCode::BAD_REQUEST, RpcError::new(code::HEADER_MISMATCH, msg)),
+                D::UnsupportedVersion { requested, supported } => (
                     StatusCode::BAD_REQUEST,
                     RpcError::new(code::UNSUPPORTED_PROTOCOL_VERSION, msg)
                         .with_data(json!({"supported": supported, "requested": requested})),
                 ),
-                D::BodyTooLarge { .. } => (
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    RpcError::new(code::INVALID_REQUEST, msg),
-                ),
-                D::OriginNotAllowed | D::HostNotAllowed => (
-                    StatusCode::FORBIDDEN,
-                    RpcError::new(code::INVALID_REQUEST, msg),
-                ),
-                D::HttpMethodNotAllowed => (
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    RpcError::new(code::INVALID_REQUEST, msg),
-                ),
-                D::UnsupportedMediaType => (
-                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                    RpcError::new(code::INVALID_REQUEST, msg),
-                ),
-                D::LimitReached(_) => (
-                    StatusCode::TOO_MANY_REQUESTS,
-                    RpcError::new(code::INVALID_REQUEST, msg),
-                ),
+                D::BodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, RpcError::new(code::INVALID_REQUEST, msg)),
+                D::OriginNotAllowed | D::HostNotAllowed => {
+                    (StatusCode::FORBIDDEN, RpcError::new(code::INVALID_REQUEST, msg))
+                }
+                D::HttpMethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, RpcError::new(code::INVALID_REQUEST, msg)),
+                D::UnsupportedMediaType => {
+                    (StatusCode::UNSUPPORTED_MEDIA_TYPE, RpcError::new(code::INVALID_REQUEST, msg))
+                }
+                D::LimitReached(_) => (StatusCode::TOO_MANY_REQUESTS, RpcError::new(code::INVALID_REQUEST, msg)),
             },
             Error::Upstream(u) => {
                 let status = match u {
@@ -203,15 +174,11 @@ impl Error {
                     "upstream": u.upstream(),
                     "retryable": self.is_retryable(),
                 });
-                (
-                    status,
-                    RpcError::new(code::INTERNAL_ERROR, msg).with_data(data),
-                )
+                (status, RpcError::new(code::INTERNAL_ERROR, msg).with_data(data))
             }
             Error::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
-                RpcError::new(code::INTERNAL_ERROR, msg)
-                    .with_data(json!({"side": "internal", "retryable": true})),
+                RpcError::new(code::INTERNAL_ERROR, msg).with_data(json!({"side": "internal", "retryable": true})),
             ),
         }
     }
@@ -225,41 +192,13 @@ mod tests {
     fn spec_table() {
         let cases: Vec<(Error, u16, i64)> = vec![
             (DownstreamError::Parse("x".into()).into(), 400, -32700),
-            (
-                DownstreamError::MethodNotFound("ping".into()).into(),
-                404,
-                -32601,
-            ),
+            (DownstreamError::MethodNotFound("ping".into()).into(), 404, -32601),
             (DownstreamError::MissingMeta("x".into()).into(), 400, -32602),
-            (
-                DownstreamError::HeaderMismatch("x".into()).into(),
-                400,
-                -32020,
-            ),
-            (
-                DownstreamError::UnsupportedVersion {
-                    requested: "1".into(),
-                    supported: vec![],
-                }
-                .into(),
-                400,
-                -32022,
-            ),
-            (
-                DownstreamError::BodyTooLarge { limit: 1 }.into(),
-                413,
-                -32600,
-            ),
+            (DownstreamError::HeaderMismatch("x".into()).into(), 400, -32020),
+            (DownstreamError::UnsupportedVersion { requested: "1".into(), supported: vec![] }.into(), 400, -32022),
+            (DownstreamError::BodyTooLarge { limit: 1 }.into(), 413, -32600),
             (DownstreamError::OriginNotAllowed.into(), 403, -32600),
-            (
-                UpstreamError::Timeout {
-                    upstream: "a".into(),
-                    after: Duration::from_secs(1),
-                }
-                .into(),
-                504,
-                -32603,
-            ),
+            (UpstreamError::Timeout { upstream: "a".into(), after: Duration::from_secs(1) }.into(), 504, -32603),
         ];
         for (err, status, code) in cases {
             let (s, e) = err.to_jsonrpc();
@@ -269,16 +208,10 @@ mod tests {
 
     #[test]
     fn only_upstream_failures_are_retryable() {
-        let up = UpstreamError::Unavailable {
-            upstream: "a".into(),
-            reason: "refused".into(),
-        };
+        let up = UpstreamError::Unavailable { upstream: "a".into(), reason: "refused".into() };
         assert!(Error::from(up).is_retryable());
         assert!(!Error::from(DownstreamError::Parse("x".into())).is_retryable());
-        let proto = UpstreamError::Protocol {
-            upstream: "a".into(),
-            reason: "x".into(),
-        };
+        let proto = UpstreamError::Protocol { upstream: "a".into(), reason: "x".into() };
         assert!(!Error::from(proto).is_retryable());
     }
 }

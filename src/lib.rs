@@ -15,6 +15,7 @@
 //! - [`router`]: per-method routing, namespacing, merged lists and cursors.
 //! - [`cache`]: results by the upstream's `ttlMs`/`cacheScope`, single-flight, invalidation.
 //! - [`upstream`]: one handle per upstream server, over HTTP or a supervised stdio process.
+//! - [`hub`]: downstream listens, refcounted upstream listens, fan-out and invalidation.
 //! - [`error`]: errors of every layer and their JSON-RPC / HTTP mapping.
 //! - [`config`]: the configuration file; [`app`] builds the running proxy from it.
 //! - [`sample`]: a built-in MCP server for the demo, tests and load tests.
@@ -28,6 +29,7 @@ pub mod cache;
 pub mod config;
 pub mod downstream;
 pub mod error;
+pub mod hub;
 pub mod jsonrpc;
 pub mod mcp;
 pub mod router;

@@ -11,11 +11,7 @@ use resmux::config::{self, Config, UpstreamConfig};
 use resmux::sample::{Sample, SampleHttp, SampleSpec};
 
 #[derive(Parser)]
-#[command(
-    name = "resmux",
-    version,
-    about = "A caching, multiplexing proxy for MCP resources"
-)]
+#[command(name = "resmux", version, about = "A caching, multiplexing proxy for MCP resources")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -82,12 +78,7 @@ async fn main() -> Result<()> {
             }
         },
         Command::Demo { addr } => demo(addr).await?,
-        Command::SampleUpstream {
-            profile,
-            http,
-            crashable,
-            count,
-        } => {
+        Command::SampleUpstream { profile, http, crashable, count } => {
             resmux::telemetry::init(&Default::default());
             let mut spec = match profile {
                 ProfileArg::Docs => SampleSpec::docs(),
@@ -113,17 +104,9 @@ async fn demo(addr: SocketAddr) -> Result<()> {
     resmux::telemetry::init(&config.log);
     let docs = SampleHttp::start(Sample::new(SampleSpec::docs()), "127.0.0.1:0".parse()?).await?;
     let exe = std::env::current_exe().context("locating the resmux binary")?;
-    let notes = vec![
-        exe.display().to_string(),
-        "sample-upstream".into(),
-        "--profile".into(),
-        "notes".into(),
-    ];
+    let notes = vec![exe.display().to_string(), "sample-upstream".into(), "--profile".into(), "notes".into()];
     config.listen.addr = addr;
-    config.upstreams = vec![
-        UpstreamConfig::http("docs", &docs.url()),
-        UpstreamConfig::stdio("notes", notes),
-    ];
+    config.upstreams = vec![UpstreamConfig::http("docs", &docs.url()), UpstreamConfig::stdio("notes", notes)];
     let app = App::start(config).await?;
     print_demo(app.local_addr());
     shutdown_signal().await;
@@ -135,45 +118,28 @@ async fn demo(addr: SocketAddr) -> Result<()> {
 fn print_demo(addr: SocketAddr) {
     let url = format!("http://{addr}/mcp");
     let call = |method: &str, name: Option<&str>, params: &str| {
-        let name_header = name
-            .map(|n| format!(" -H 'Mcp-Name: {n}'"))
-            .unwrap_or_default();
+        let name_header = name.map(|n| format!(" -H 'Mcp-Name: {n}'")).unwrap_or_default();
         format!(
             "curl -si {url} -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \\\n  -H 'MCP-Protocol-Version: 2026-07-28' -H 'Mcp-Method: {method}'{name_header} \\\n  -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"{method}\",\"params\":{{{params}\"_meta\":{{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{{}}}}}}}}'"
         )
     };
     println!("\nresmux demo: proxy on {url}, in front of `docs` (HTTP) and `notes` (stdio).\n");
-    println!(
-        "# What the proxy serves\n{}\n",
-        call("server/discover", None, "")
-    );
+    println!("# What the proxy serves\n{}\n", call("server/discover", None, ""));
     println!(
         "# Every resource of both upstreams, first page (follow nextCursor for more)\n{}\n",
         call("resources/list", None, "")
     );
     println!(
         "# Read a document (run twice: the second answer says resmux-cache)\n{}\n",
-        call(
-            "resources/read",
-            Some("docs+docs://getting-started"),
-            "\"uri\":\"docs+docs://getting-started\","
-        )
+        call("resources/read", Some("docs+docs://getting-started"), "\"uri\":\"docs+docs://getting-started\",")
     );
     println!(
         "# The resource that changes every 5 s\n{}\n",
-        call(
-            "resources/read",
-            Some("docs+docs://status"),
-            "\"uri\":\"docs+docs://status\","
-        )
+        call("resources/read", Some("docs+docs://status"), "\"uri\":\"docs+docs://status\",")
     );
     println!(
         "# Call a tool of the stdio upstream\n{}\n",
-        call(
-            "tools/call",
-            Some("notes__echo"),
-            "\"name\":\"notes__echo\",\"arguments\":{\"text\":\"hello\"},"
-        )
+        call("tools/call", Some("notes__echo"), "\"name\":\"notes__echo\",\"arguments\":{\"text\":\"hello\"},")
     );
     println!("Press Ctrl-C to stop.");
 }
@@ -182,8 +148,8 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler");
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

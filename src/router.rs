@@ -50,19 +50,9 @@ struct Inner {
 }
 
 impl Router {
-    pub fn new(
-        upstreams: Vec<Upstream>,
-        proxy: ProxyConfig,
-        cursors: CursorCodec,
-        cache: Cache,
-    ) -> Self {
-        let names: Vec<(String, bool)> = upstreams
-            .iter()
-            .map(|u| (u.name().to_owned(), u.config().prefix))
-            .collect();
-        let server_info =
-            serde_json::json!({"name": proxy.name, "version": env!("CARGO_PKG_VERSION")})
-                .to_string();
+    pub fn new(upstreams: Vec<Upstream>, proxy: ProxyConfig, cursors: CursorCodec, cache: Cache) -> Self {
+        let names: Vec<(String, bool)> = upstreams.iter().map(|u| (u.name().to_owned(), u.config().prefix)).collect();
+        let server_info = serde_json::json!({"name": proxy.name, "version": env!("CARGO_PKG_VERSION")}).to_string();
         let private_until = upstreams.iter().map(|_| Default::default()).collect();
         Self(Arc::new(Inner {
             cache,

@@ -10,6 +10,6 @@ mod http;
 mod stdio;
 
 pub use content::{Profile, SampleSpec};
-pub use handler::Sample;
+pub use handler::{Sample, SampleEvent};
 pub use http::SampleHttp;
 pub use stdio::serve_stdio;

@@ -5,6 +5,7 @@
 pub mod backoff;
 mod discovery;
 pub mod http;
+pub mod listen;
 mod reply;
 pub mod sse;
 pub mod stdio;
@@ -61,9 +62,7 @@ impl Upstream {
     ) -> Result<Self, String> {
         let transport = match config.transport() {
             TransportConfig::Http { url } => {
-                let uri = url
-                    .parse()
-                    .map_err(|e| format!("upstream `{}`: {e}", config.name))?;
+                let uri = url.parse().map_err(|e| format!("upstream `{}`: {e}", config.name))?;
                 let headers = http::static_headers(&config.headers)
                     .map_err(|e| format!("upstream `{}` headers: {e}", config.name))?;
                 Transport::Http(Box::new(http::HttpTransport::new(
@@ -78,11 +77,7 @@ impl Upstream {
                 let spec = stdio::StdioSpec {
                     name: config.name.clone(),
                     command,
-                    env: config
-                        .env
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect(),
+                    env: config.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
                     cwd: config.cwd.clone(),
                     max_line: config.max_message_bytes,
                     backoff_max: config.restart_backoff_max,
@@ -122,6 +117,11 @@ impl Upstream {
         self.0.info_version.send_modify(|v| *v += 1);
     }
 
+    /// Changes whenever what `server/discover` told changes.
+    pub fn info_watch(&self) -> watch::Receiver<u64> {
+        self.0.info_version.subscribe()
+    }
+
     /// Waits until `server/discover` has answered once, or `deadline`.
     pub async fn wait_info(&self, deadline: Instant) -> Option<Arc<UpstreamInfo>> {
         let mut rx = self.0.info_version.subscribe();
@@ -148,27 +148,15 @@ impl Upstream {
     /// Sends one request with ready-made `params` and returns the upstream's answer.
     /// `mcp_name` is mirrored into the `Mcp-Name` header. Requests other than `tools/call`
     /// are retried once when the failure means the request may not have been processed.
-    pub async fn request(
-        &self,
-        method: &str,
-        params: &[u8],
-        mcp_name: Option<&str>,
-    ) -> Result<Reply, UpstreamError> {
+    pub async fn request(&self, method: &str, params: &[u8], mcp_name: Option<&str>) -> Result<Reply, UpstreamError> {
         let timeout = self.0.config.timeout;
         let deadline = Instant::now() + timeout;
-        let timed_out = || UpstreamError::Timeout {
-            upstream: self.name().to_owned(),
-            after: timeout,
-        };
+        let timed_out = || UpstreamError::Timeout { upstream: self.name().to_owned(), after: timeout };
         let _permit = timeout_at(deadline, self.0.in_flight.acquire())
             .await
             .map_err(|_| timed_out())?
             .expect("semaphore is never closed");
-        let retries = if method == mcp::method::TOOLS_CALL {
-            0
-        } else {
-            1
-        };
+        let retries = if method == mcp::method::TOOLS_CALL { 0 } else { 1 };
         let mut attempt = 0;
         loop {
             let result = timeout_at(deadline, self.send_once(method, params, mcp_name))
@@ -185,24 +173,47 @@ impl Upstream {
         }
     }
 
-    async fn send_once(
-        &self,
-        method: &str,
-        params: &[u8],
-        mcp_name: Option<&str>,
-    ) -> Result<Reply, UpstreamError> {
+    async fn send_once(&self, method: &str, params: &[u8], mcp_name: Option<&str>) -> Result<Reply, UpstreamError> {
         let id = RequestId::number(self.0.next_id.fetch_add(1, Ordering::Relaxed));
         let body: Bytes = encode_request(&id, method, params);
         match &self.0.transport {
             Transport::Http(t) => {
-                let mirrored = http::Mirrored {
-                    method,
-                    name: mcp_name,
-                    version: self.protocol_version(),
-                };
+                let mirrored = http::Mirrored { method, name: mcp_name, version: self.protocol_version() };
                 t.exchange(id.as_json(), body, &mirrored).await
             }
             Transport::Stdio(t) => t.exchange(id.as_json(), body).await,
+        }
+    }
+
+    /// Opens a `subscriptions/listen` for `filter` (upstream URIs). The returned stream yields
+    /// the acknowledgment, the changes, and how it ended.
+    pub async fn listen(&self, filter: &listen::Filter) -> Result<listen::UpstreamListen, UpstreamError> {
+        let mut params: serde_json::Value = serde_json::from_str(&discovery::own_params()).expect("valid JSON");
+        params["notifications"] = filter.to_json();
+        let params = serde_json::to_vec(&params).expect("serializable");
+        let method = mcp::method::LISTEN;
+        let id = RequestId::number(self.0.next_id.fetch_add(1, Ordering::Relaxed));
+        let body = encode_request(&id, method, &params);
+        let id_json = id.as_json().to_owned();
+        match &self.0.transport {
+            Transport::Http(t) => {
+                let mirrored = http::Mirrored { method, name: None, version: self.protocol_version() };
+                match t.open(&id_json, body, &mirrored).await? {
+                    http::Opened::Stream(stream) => Ok(listen::UpstreamListen::http(id_json, stream, t.max_message())),
+                    http::Opened::Reply(Reply::Error(e)) => Ok(listen::UpstreamListen::answered(
+                        id_json,
+                        listen::ListenEvent::End(listen::ListenEnd::Refused(e)),
+                    )),
+                    http::Opened::Reply(Reply::Result(_)) => Ok(listen::UpstreamListen::answered(
+                        id_json,
+                        listen::ListenEvent::End(listen::ListenEnd::Graceful),
+                    )),
+                }
+            }
+            Transport::Stdio(t) => {
+                let (messages, guard) = t.open_listen(&id_json, body).await?;
+                Ok(listen::UpstreamListen::stdio(id_json, messages, guard))
+            }
         }
     }
 
@@ -226,8 +237,6 @@ impl Upstream {
 
 impl std::fmt::Debug for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Upstream")
-            .field("name", &self.name())
-            .finish()
+        f.debug_struct("Upstream").field("name", &self.name()).finish()
     }
 }

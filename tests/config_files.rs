@@ -16,12 +16,7 @@ fn every_shipped_config_file_is_valid() {
                 .env("DOCS_TOKEN", "Bearer example")
                 .output()
                 .unwrap();
-            assert!(
-                out.status.success(),
-                "{}: {}",
-                path.display(),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
             seen += 1;
         }
     }
@@ -56,20 +51,13 @@ colour = "blue"
 "#,
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_resmux"))
-        .args(["check", "-c"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_resmux")).args(["check", "-c"]).arg(&path).output().unwrap();
     assert!(!out.status.success());
     let text = String::from_utf8_lossy(&out.stderr);
     // Decoding errors of independent sections are all reported...
     assert!(text.contains(":2: bogus: unknown key"), "{text}");
     assert!(text.contains(":4: listen:"), "{text}");
-    assert!(
-        text.contains("upstream[2]") && text.contains("colour"),
-        "{text}"
-    );
+    assert!(text.contains("upstream[2]") && text.contains("colour"), "{text}");
 
     // ...and once the file decodes, every rule violation at once, with lines.
     std::fs::write(
@@ -87,19 +75,12 @@ timeout = "0s"
 "#,
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_resmux"))
-        .args(["check", "-c"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_resmux")).args(["check", "-c"]).arg(&path).output().unwrap();
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("3 errors"), "{text}");
     assert!(text.contains(":3: upstream[0].name"), "{text}");
     assert!(text.contains(":8: upstream[1].url: set either"), "{text}");
-    assert!(
-        text.contains(":10: upstream[1].timeout: must be positive"),
-        "{text}"
-    );
+    assert!(text.contains(":10: upstream[1].timeout: must be positive"), "{text}");
 }
 
 #[test]
@@ -107,11 +88,7 @@ fn syntax_errors_point_at_their_line() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.toml");
     std::fs::write(&path, "[listen]\naddr = \n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_resmux"))
-        .args(["check", "-c"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_resmux")).args(["check", "-c"]).arg(&path).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains(":2:"));
 }

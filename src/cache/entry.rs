@@ -18,11 +18,7 @@ pub enum Stored {
     Result { tail: Bytes },
     /// One upstream's list page: its items in downstream form (comma-separated, no brackets),
     /// its own `nextCursor`, and its scope.
-    Page {
-        items: Bytes,
-        next: Option<Box<str>>,
-        public: bool,
-    },
+    Page { items: Bytes, next: Option<Box<str>>, public: bool },
     /// A "resource not found" answer (negative entry).
     NotFound,
 }
@@ -40,9 +36,7 @@ impl Stored {
         obj.remove("ttlMs");
         let mut out = obj.to_vec();
         out.remove(0); // the opening brace; written again at splice time
-        Stored::Result {
-            tail: Bytes::from(out),
-        }
+        Stored::Result { tail: Bytes::from(out) }
     }
 
     /// Bytes held.
@@ -104,9 +98,7 @@ impl Entry {
 
     /// Whole seconds since it was fetched (the HTTP `Age`).
     pub fn age_secs(&self) -> u64 {
-        Instant::now()
-            .saturating_duration_since(self.stored_at)
-            .as_secs()
+        Instant::now().saturating_duration_since(self.stored_at).as_secs()
     }
 }
 
@@ -125,9 +117,7 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["ttlMs"], 1234);
         assert_eq!(v["cacheScope"], "public");
-        let Stored::Result { tail } = Stored::result(b"{}").unwrap() else {
-            panic!()
-        };
+        let Stored::Result { tail } = Stored::result(b"{}").unwrap() else { panic!() };
         assert_eq!(&splice_ttl(&tail, 5)[..], br#"{"ttlMs":5}"#);
         assert!(Stored::result(b"[1]").is_none());
     }

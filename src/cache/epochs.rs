@@ -3,7 +3,7 @@
 //! moved. This evicts in every partition at O(1) per notification, and a fetch that races a
 //! notification can never store pre-change content as fresh.
 
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -71,9 +71,7 @@ impl Epochs {
     }
 
     fn uri_hash(&self, uri: &str) -> u64 {
-        let mut h = self.hasher.build_hasher();
-        uri.hash(&mut h);
-        h.finish()
+        self.hasher.hash_one(uri)
     }
 
     /// The ticket for a fetch of `method` (with `uri` for reads) from `upstream`, taken before
@@ -91,12 +89,7 @@ impl Epochs {
                 (Scope::List(i), self.lists[u][i].load(Ordering::Acquire))
             }
         };
-        Ticket {
-            upstream,
-            stream: self.streams[u].load(Ordering::Acquire),
-            scope,
-            epoch,
-        }
+        Ticket { upstream, stream: self.streams[u].load(Ordering::Acquire), scope, epoch }
     }
 
     /// Whether nothing the ticket depends on changed since it was taken.

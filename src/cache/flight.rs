@@ -24,9 +24,7 @@ pub struct Flights<T> {
 
 impl<T> Default for Flights<T> {
     fn default() -> Self {
-        Self {
-            map: Mutex::new(HashMap::new()),
-        }
+        Self { map: Mutex::new(HashMap::new()) }
     }
 }
 
@@ -39,13 +37,7 @@ impl<T: Clone + Send + Sync + 'static> Flights<T> {
         F: FnOnce() -> Fut,
         Fut: Future<Output = T>,
     {
-        let cell = self
-            .map
-            .lock()
-            .expect("flights lock")
-            .entry(key.clone())
-            .or_default()
-            .clone();
+        let cell = self.map.lock().expect("flights lock").entry(key.clone()).or_default().clone();
         let mut led = false;
         let value = cell
             .get_or_init(|| {
@@ -98,8 +90,7 @@ mod tests {
         let key = test_key();
         let mut tasks = Vec::new();
         for _ in 0..100 {
-            let (flights, calls, gate, key) =
-                (flights.clone(), calls.clone(), gate.clone(), key.clone());
+            let (flights, calls, gate, key) = (flights.clone(), calls.clone(), gate.clone(), key.clone());
             tasks.push(tokio::spawn(async move {
                 flights
                     .run(key, || async move {
@@ -135,7 +126,7 @@ mod tests {
         let key = test_key();
         let f = flights.clone();
         let k = key.clone();
-        let leader = tokio::spawn(async move { f.run(k, || std::future::pending::<u32>()).await });
+        let leader = tokio::spawn(async move { f.run(k, std::future::pending::<u32>).await });
         while flights.is_empty() {
             tokio::task::yield_now().await;
         }

@@ -71,8 +71,7 @@ impl CacheKey {
 /// Canonical form of request params for keying: top-level keys sorted, `_meta` (and the MRTR
 /// fields, which make a request uncacheable anyway) dropped, values as sent.
 pub fn canonical_params(params: &RawObject<'_>) -> Box<str> {
-    let mut entries: Vec<(&str, &serde_json::value::RawValue)> =
-        params.iter().filter(|(k, _)| *k != "_meta").collect();
+    let mut entries: Vec<(&str, &serde_json::value::RawValue)> = params.iter().filter(|(k, _)| *k != "_meta").collect();
     entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
     let mut out = Vec::with_capacity(64);
     out.push(b'{');
@@ -85,9 +84,7 @@ pub fn canonical_params(params: &RawObject<'_>) -> Box<str> {
         out.extend_from_slice(v.get().as_bytes());
     }
     out.push(b'}');
-    String::from_utf8(out)
-        .expect("JSON text is UTF-8")
-        .into_boxed_str()
+    String::from_utf8(out).expect("JSON text is UTF-8").into_boxed_str()
 }
 
 #[cfg(test)]

@@ -27,12 +27,7 @@ pub struct ConfigErrors {
 impl fmt::Display for ConfigErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.errors.len();
-        writeln!(
-            f,
-            "{}: {n} error{}",
-            self.file,
-            if n == 1 { "" } else { "s" }
-        )?;
+        writeln!(f, "{}: {n} error{}", self.file, if n == 1 { "" } else { "s" })?;
         for e in &self.errors {
             match e.line {
                 Some(line) => writeln!(f, "  {}:{line}: {}: {}", self.file, e.path, e.message)?,
@@ -50,16 +45,12 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
         file: file.clone(),
-        errors: vec![ConfigError {
-            path: String::new(),
-            line: None,
-            message: e.to_string(),
-        }],
+        errors: vec![ConfigError { path: String::new(), line: None, message: e.to_string() }],
     })?;
     parse(&text).map_err(|errors| ConfigErrors { file, errors })
 }
 
-const SECTIONS: &[&str] = &["listen", "proxy", "cache", "log", "upstream"];
+const SECTIONS: &[&str] = &["listen", "proxy", "cache", "hub", "log", "upstream"];
 
 /// Parses and validates config text. Each section (and each `[[upstream]]`) is decoded on its
 /// own, so one bad section does not hide the errors of the others.
@@ -67,23 +58,17 @@ pub fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
     let spans = Spans::new(text);
     let table: toml::Table = toml::from_str(text).map_err(|e| {
         let line = e.span().map(|s| spans.line_at(s.start));
-        vec![ConfigError {
-            path: String::new(),
-            line,
-            message: e.message().trim().to_owned(),
-        }]
+        vec![ConfigError { path: String::new(), line, message: e.message().trim().to_owned() }]
     })?;
     let mut errors = Vec::new();
     let mut config = Config::default();
     for key in table.keys().filter(|k| !SECTIONS.contains(&k.as_str())) {
-        errors.push(spans.error(
-            &[key],
-            format!("unknown key `{key}`, expected one of {SECTIONS:?}"),
-        ));
+        errors.push(spans.error(&[key], format!("unknown key `{key}`, expected one of {SECTIONS:?}")));
     }
     section(&table, "listen", &spans, &mut errors, &mut config.listen);
     section(&table, "proxy", &spans, &mut errors, &mut config.proxy);
     section(&table, "cache", &spans, &mut errors, &mut config.cache);
+    section(&table, "hub", &spans, &mut errors, &mut config.hub);
     section(&table, "log", &spans, &mut errors, &mut config.log);
     match table.get("upstream") {
         None => {}
@@ -95,26 +80,15 @@ pub fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
                 }
             }
         }
-        Some(_) => errors.push(spans.error(
-            &["upstream"],
-            "must be an array of tables ([[upstream]])".into(),
-        )),
+        Some(_) => errors.push(spans.error(&["upstream"], "must be an array of tables ([[upstream]])".into())),
     }
     if errors.is_empty() {
         for (path, message) in config.validate() {
             let line = spans.line_of_path(&path);
-            errors.push(ConfigError {
-                path,
-                line,
-                message,
-            });
+            errors.push(ConfigError { path, line, message });
         }
     }
-    if errors.is_empty() {
-        Ok(config)
-    } else {
-        Err(errors)
-    }
+    if errors.is_empty() { Ok(config) } else { Err(errors) }
 }
 
 fn section<T: DeserializeOwned>(
@@ -144,36 +118,21 @@ struct Spans<'a> {
 
 impl<'a> Spans<'a> {
     fn new(text: &'a str) -> Self {
-        Self {
-            text,
-            doc: toml_edit::Document::parse(text).ok(),
-        }
+        Self { text, doc: toml_edit::Document::parse(text).ok() }
     }
 
     fn line_at(&self, offset: usize) -> usize {
-        self.text[..offset.min(self.text.len())]
-            .bytes()
-            .filter(|b| *b == b'\n')
-            .count()
-            + 1
+        self.text[..offset.min(self.text.len())].bytes().filter(|b| *b == b'\n').count() + 1
     }
 
     fn error(&self, keys: &[&str], message: String) -> ConfigError {
         let line = self.span_of(keys, None).map(|o| self.line_at(o));
-        ConfigError {
-            path: keys.join("."),
-            line,
-            message,
-        }
+        ConfigError { path: keys.join("."), line, message }
     }
 
     fn error_at_index(&self, key: &str, index: usize, message: String) -> ConfigError {
         let line = self.span_of(&[key], Some(index)).map(|o| self.line_at(o));
-        ConfigError {
-            path: format!("{key}[{index}]"),
-            line,
-            message,
-        }
+        ConfigError { path: format!("{key}[{index}]"), line, message }
     }
 
     /// Line of a path such as `upstream[1].url` or `listen.addr`.

@@ -27,12 +27,7 @@ pub struct ProxyConfig {
 
 impl Default for ProxyConfig {
     fn default() -> Self {
-        Self {
-            name: "resmux".into(),
-            instructions: None,
-            cursor_secret: None,
-            discover_ttl: Duration::from_secs(60),
-        }
+        Self { name: "resmux".into(), instructions: None, cursor_secret: None, discover_ttl: Duration::from_secs(60) }
     }
 }
 
@@ -49,10 +44,7 @@ pub struct LogConfig {
 
 impl Default for LogConfig {
     fn default() -> Self {
-        Self {
-            level: "info".into(),
-            format: LogFormat::Text,
-        }
+        Self { level: "info".into(), format: LogFormat::Text }
     }
 }
 

@@ -76,12 +76,8 @@ impl UpstreamConfig {
     pub fn transport(&self) -> Transport {
         match (&self.url, &self.command) {
             (Some(url), _) => Transport::Http { url: url.clone() },
-            (None, Some(command)) => Transport::Stdio {
-                command: command.clone(),
-            },
-            (None, None) => Transport::Stdio {
-                command: Vec::new(),
-            },
+            (None, Some(command)) => Transport::Stdio { command: command.clone() },
+            (None, None) => Transport::Stdio { command: Vec::new() },
         }
     }
 

@@ -25,10 +25,7 @@ impl Config {
             err("cache.min_ttl".into(), "must not exceed cache.max_ttl");
         }
         if self.cache.max_entry_bytes > self.cache.max_bytes {
-            err(
-                "cache.max_entry_bytes".into(),
-                "must not exceed cache.max_bytes",
-            );
+            err("cache.max_entry_bytes".into(), "must not exceed cache.max_bytes");
         }
         if let Some(secret) = &self.proxy.cursor_secret
             && let Err(m) = secret.resolve()
@@ -45,10 +42,7 @@ impl Config {
                 err(at(field), &msg);
             }
             if !seen.insert(up.name.as_str()) {
-                err(
-                    at("name"),
-                    &format!("duplicate upstream name `{}`", up.name),
-                );
+                err(at("name"), &format!("duplicate upstream name `{}`", up.name));
             }
         }
         errors
@@ -68,9 +62,7 @@ fn check_upstream(up: &UpstreamConfig) -> Vec<(&'static str, String)> {
         ));
     }
     match (&up.url, &up.command) {
-        (Some(_), Some(_)) => {
-            errors.push(("url", "set either `url` or `command`, not both".into()))
-        }
+        (Some(_), Some(_)) => errors.push(("url", "set either `url` or `command`, not both".into())),
         (None, None) => errors.push(("url", "set `url` (HTTP) or `command` (stdio)".into())),
         (Some(url), None) => {
             if let Err(m) = check_url(url) {
@@ -111,17 +103,13 @@ pub fn valid_name(name: &str) -> bool {
 }
 
 fn check_url(url: &str) -> Result<(), String> {
-    let uri: http::Uri = url
-        .parse()
-        .map_err(|e| format!("`{url}` is not a URL: {e}"))?;
+    let uri: http::Uri = url.parse().map_err(|e| format!("`{url}` is not a URL: {e}"))?;
     match uri.scheme_str() {
         Some("http") => {}
         Some("https") => {
-            return Err(
-                "https upstreams are not supported by this build; front them with a \
+            return Err("https upstreams are not supported by this build; front them with a \
                         local TLS terminator or use http on a private network"
-                    .into(),
-            );
+                .into());
         }
         _ => return Err(format!("`{url}` must be an http:// URL")),
     }

@@ -7,13 +7,16 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
+
+use super::body::{Body as RespBody, full};
 
 use super::origin::OriginPolicy;
 use super::validate::{self, Body, Rejected};
 use crate::auth::Authenticator;
 use crate::config::ListenConfig;
 use crate::error::{DownstreamError, Error};
+use crate::hub::Hub;
 use crate::jsonrpc::{Incoming, RequestId, encode_error, encode_result};
 use crate::router::{Answer, Call, Router};
 
@@ -26,18 +29,20 @@ pub struct Endpoint(Arc<Inner>);
 
 struct Inner {
     router: Router,
+    hub: Hub,
     auth: Authenticator,
     path: String,
     max_body: usize,
     policy: OriginPolicy,
 }
 
-type Resp = Response<Full<Bytes>>;
+type Resp = Response<RespBody>;
 
 impl Endpoint {
-    pub fn new(router: Router, auth: Authenticator, listen: &ListenConfig) -> Self {
+    pub fn new(router: Router, hub: Hub, auth: Authenticator, listen: &ListenConfig) -> Self {
         Self(Arc::new(Inner {
             router,
+            hub,
             auth,
             path: listen.path.clone(),
             max_body: listen.max_body_bytes,
@@ -58,53 +63,30 @@ impl Endpoint {
             .uri()
             .authority()
             .map(|a| a.as_str().to_owned())
-            .or_else(|| {
-                req.headers()
-                    .get(HOST)
-                    .and_then(|h| h.to_str().ok())
-                    .map(str::to_owned)
-            });
+            .or_else(|| req.headers().get(HOST).and_then(|h| h.to_str().ok()).map(str::to_owned));
         if let Some(host) = authority
             && !self.0.policy.host_allowed(&host)
         {
             return error_response(None, DownstreamError::HostNotAllowed.into());
         }
         if let Some(origin) = req.headers().get(ORIGIN)
-            && !origin
-                .to_str()
-                .is_ok_and(|o| self.0.policy.origin_allowed(o))
+            && !origin.to_str().is_ok_and(|o| self.0.policy.origin_allowed(o))
         {
             return error_response(None, DownstreamError::OriginNotAllowed.into());
         }
         if req.method() != Method::POST {
             let mut resp = error_response(None, DownstreamError::HttpMethodNotAllowed.into());
-            resp.headers_mut()
-                .insert(ALLOW, HeaderValue::from_static("POST"));
+            resp.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"));
             return resp;
         }
         if let Some(ct) = req.headers().get(CONTENT_TYPE)
-            && !ct.to_str().is_ok_and(|v| {
-                v.trim_start()
-                    .to_ascii_lowercase()
-                    .starts_with("application/json")
-            })
+            && !ct.to_str().is_ok_and(|v| v.trim_start().to_ascii_lowercase().starts_with("application/json"))
         {
             return error_response(None, DownstreamError::UnsupportedMediaType.into());
         }
-        let declared = req
-            .headers()
-            .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        let too_large = || {
-            error_response(
-                None,
-                DownstreamError::BodyTooLarge {
-                    limit: self.0.max_body,
-                }
-                .into(),
-            )
-        };
+        let declared =
+            req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+        let too_large = || error_response(None, DownstreamError::BodyTooLarge { limit: self.0.max_body }.into());
         if declared.is_some_and(|n| n > self.0.max_body as u64) {
             return too_large();
         }
@@ -114,17 +96,9 @@ impl Endpoint {
             Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
             Err(e) => return plain(StatusCode::BAD_REQUEST, &format!("cannot read body: {e}")),
         };
-        let principal = self.0.auth.principal(
-            parts
-                .headers
-                .get(http::header::AUTHORIZATION)
-                .map(|v| v.as_bytes()),
-        );
+        let principal = self.0.auth.principal(parts.headers.get(http::header::AUTHORIZATION).map(|v| v.as_bytes()));
         let Ok(text) = std::str::from_utf8(&body) else {
-            return error_response(
-                None,
-                DownstreamError::Parse("body is not UTF-8".into()).into(),
-            );
+            return error_response(None, DownstreamError::Parse("body is not UTF-8".into()).into());
         };
         let msg = match Incoming::parse(text) {
             Ok(m) => m,
@@ -135,12 +109,11 @@ impl Endpoint {
             Ok(Body::Request(c)) => c,
             Err(r) => return rejected(r),
         };
-        let call = Call {
-            method: checked.method,
-            params: checked.params,
-            meta: checked.meta,
-            principal: &principal,
-        };
+        if checked.method == crate::mcp::method::LISTEN {
+            return super::listen::open(&self.0.hub, &checked.id, &checked.params, &principal)
+                .unwrap_or_else(|e| error_response(Some(&checked.id), e));
+        }
+        let call = Call { method: checked.method, params: checked.params, meta: checked.meta, principal: &principal };
         match self.0.router.handle(&call).await {
             Ok(answer) => answer_response(&checked.id, answer),
             Err(e) => {
@@ -177,25 +150,21 @@ fn error_response(id: Option<&RequestId>, e: Error) -> Resp {
 }
 
 fn json(status: StatusCode, body: Bytes) -> Resp {
-    let mut resp = Response::new(Full::new(body));
+    let mut resp = Response::new(full(body));
     *resp.status_mut() = status;
-    resp.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
 }
 
 fn plain(status: StatusCode, text: &str) -> Resp {
-    let mut resp = Response::new(Full::new(Bytes::from(text.to_owned())));
+    let mut resp = Response::new(full(Bytes::from(text.to_owned())));
     *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     resp
 }
 
 fn empty(status: StatusCode) -> Resp {
-    let mut resp = Response::new(Full::new(Bytes::new()));
+    let mut resp = Response::new(full(Bytes::new()));
     *resp.status_mut() = status;
     resp
 }

@@ -19,12 +19,7 @@ use super::Endpoint;
 const DRAIN: Duration = Duration::from_secs(5);
 
 /// Serves `endpoint` on `listener` until `cancel`, then drains open connections.
-pub async fn serve(
-    listener: TcpListener,
-    endpoint: Endpoint,
-    max_connections: usize,
-    cancel: CancellationToken,
-) {
+pub async fn serve(listener: TcpListener, endpoint: Endpoint, max_connections: usize, cancel: CancellationToken) {
     let graceful = GracefulShutdown::new();
     // Each connection holds a permit; at the bound, accepting pauses (the kernel backlog holds
     // further connections) instead of failing them.
@@ -52,9 +47,7 @@ pub async fn serve(
             let endpoint = endpoint.clone();
             async move { Ok::<_, Infallible>(endpoint.serve(req).await) }
         });
-        let conn = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
+        let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             if let Err(e) = conn.await {

@@ -27,9 +27,7 @@ impl OriginPolicy {
         if self.origins.is_empty() {
             return is_loopback_origin(origin);
         }
-        self.origins
-            .iter()
-            .any(|a| a == "*" || a.eq_ignore_ascii_case(origin))
+        self.origins.iter().any(|a| a == "*" || a.eq_ignore_ascii_case(origin))
     }
 
     /// Whether a `Host` (authority) value is allowed.
@@ -85,11 +83,8 @@ mod tests {
 
     #[test]
     fn configured_lists() {
-        let p = OriginPolicy::new(
-            &["https://app.example".into()],
-            &["mcp.example".into()],
-            "0.0.0.0:1".parse().unwrap(),
-        );
+        let p =
+            OriginPolicy::new(&["https://app.example".into()], &["mcp.example".into()], "0.0.0.0:1".parse().unwrap());
         assert!(p.origin_allowed("https://app.example"));
         assert!(!p.origin_allowed("http://localhost"));
         assert!(p.host_allowed("mcp.example:443"));

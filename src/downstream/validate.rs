@@ -30,10 +30,7 @@ pub struct Rejected {
 }
 
 fn reject(id: Option<&RequestId>, error: DownstreamError) -> Rejected {
-    Rejected {
-        id: id.cloned(),
-        error,
-    }
+    Rejected { id: id.cloned(), error }
 }
 
 /// Validates one POST body against its headers.
@@ -49,37 +46,21 @@ pub fn check<'a>(headers: &HeaderMap, msg: &'a Incoming<'a>) -> Result<Body<'a>,
         Kind::Request => msg.id.as_ref().expect("requests have ids"),
     };
     let method = msg.method();
-    let missing = |what: &str| {
-        reject(
-            Some(id),
-            DownstreamError::MissingMeta(format!("missing required `{what}`")),
-        )
-    };
+    let missing = |what: &str| reject(Some(id), DownstreamError::MissingMeta(format!("missing required `{what}`")));
     let params_raw = msg.params.ok_or_else(|| missing("params._meta"))?;
-    let params = RawObject::parse(params_raw)
-        .map_err(|e| reject(Some(id), DownstreamError::InvalidParams(e.to_string())))?;
-    let meta_raw = params
-        .get_borrowed("_meta")
-        .ok_or_else(|| missing("params._meta"))?;
-    let meta = RawObject::parse(meta_raw).map_err(|_| {
-        reject(
-            Some(id),
-            DownstreamError::MissingMeta("`_meta` must be an object".into()),
-        )
-    })?;
-    let version = meta
-        .get_str(mcp::META_PROTOCOL_VERSION)
-        .ok_or_else(|| missing(mcp::META_PROTOCOL_VERSION))?
-        .into_owned();
+    let params =
+        RawObject::parse(params_raw).map_err(|e| reject(Some(id), DownstreamError::InvalidParams(e.to_string())))?;
+    let meta_raw = params.get_borrowed("_meta").ok_or_else(|| missing("params._meta"))?;
+    let meta = RawObject::parse(meta_raw)
+        .map_err(|_| reject(Some(id), DownstreamError::MissingMeta("`_meta` must be an object".into())))?;
+    let version =
+        meta.get_str(mcp::META_PROTOCOL_VERSION).ok_or_else(|| missing(mcp::META_PROTOCOL_VERSION))?.into_owned();
     match meta.get(mcp::META_CLIENT_CAPABILITIES) {
         Some(caps) if caps.get().starts_with('{') => {}
         Some(_) => {
             return Err(reject(
                 Some(id),
-                DownstreamError::MissingMeta(format!(
-                    "`{}` must be an object",
-                    mcp::META_CLIENT_CAPABILITIES
-                )),
+                DownstreamError::MissingMeta(format!("`{}` must be an object", mcp::META_CLIENT_CAPABILITIES)),
             ));
         }
         None => return Err(missing(mcp::META_CLIENT_CAPABILITIES)),
@@ -87,9 +68,7 @@ pub fn check<'a>(headers: &HeaderMap, msg: &'a Incoming<'a>) -> Result<Body<'a>,
 
     let mismatch = |m: String| reject(Some(id), DownstreamError::HeaderMismatch(m));
     let header = |name: &str| -> Result<String, Rejected> {
-        let raw = headers
-            .get(name)
-            .ok_or_else(|| mismatch(format!("missing {name} header")))?;
+        let raw = headers.get(name).ok_or_else(|| mismatch(format!("missing {name} header")))?;
         header_value::decode(raw.as_bytes()).map_err(|e| mismatch(format!("{name} header: {e}")))
     };
     let h_version = header(mcp::H_PROTOCOL_VERSION)?;
@@ -100,9 +79,7 @@ pub fn check<'a>(headers: &HeaderMap, msg: &'a Incoming<'a>) -> Result<Body<'a>,
     }
     let h_method = header(mcp::H_METHOD)?;
     if h_method != method {
-        return Err(mismatch(format!(
-            "Mcp-Method header value '{h_method}' does not match body value '{method}'"
-        )));
+        return Err(mismatch(format!("Mcp-Method header value '{h_method}' does not match body value '{method}'")));
     }
     if let Some(field) = mcp::name_param(method) {
         let h_name = header(mcp::H_NAME)?;
@@ -119,25 +96,14 @@ pub fn check<'a>(headers: &HeaderMap, msg: &'a Incoming<'a>) -> Result<Body<'a>,
             Some(id),
             DownstreamError::UnsupportedVersion {
                 requested: version,
-                supported: mcp::SUPPORTED_MODERN
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect(),
+                supported: mcp::SUPPORTED_MODERN.iter().map(|s| s.to_string()).collect(),
             },
         ));
     }
     if !mcp::is_known_request(method) {
-        return Err(reject(
-            Some(id),
-            DownstreamError::MethodNotFound(method.to_owned()),
-        ));
+        return Err(reject(Some(id), DownstreamError::MethodNotFound(method.to_owned())));
     }
-    Ok(Body::Request(Checked {
-        id: id.clone(),
-        method,
-        params,
-        meta,
-    }))
+    Ok(Body::Request(Checked { id: id.clone(), method, params, meta }))
 }
 
 /// Maps a codec failure to the downstream error.

@@ -73,11 +73,6 @@ mod tests {
         let m = Incoming::parse(std::str::from_utf8(&e).unwrap()).unwrap();
         assert!(m.error.is_some());
         let q = encode_request(&id, "resources/read", br#"{"uri":"x"}"#);
-        assert_eq!(
-            Incoming::parse(std::str::from_utf8(&q).unwrap())
-                .unwrap()
-                .method(),
-            "resources/read"
-        );
+        assert_eq!(Incoming::parse(std::str::from_utf8(&q).unwrap()).unwrap().method(), "resources/read");
     }
 }

@@ -85,10 +85,7 @@ pub enum MessageError {
     #[error("parse error: {0}")]
     Parse(String),
     #[error("invalid request: {reason}")]
-    Invalid {
-        reason: String,
-        id: Option<RequestId>,
-    },
+    Invalid { reason: String, id: Option<RequestId> },
 }
 
 impl MessageError {
@@ -96,9 +93,7 @@ impl MessageError {
     pub fn to_rpc(&self) -> RpcError {
         match self {
             Self::Parse(m) => RpcError::new(code::PARSE_ERROR, format!("Parse error: {m}")),
-            Self::Invalid { reason, .. } => {
-                RpcError::new(code::INVALID_REQUEST, format!("Invalid request: {reason}"))
-            }
+            Self::Invalid { reason, .. } => RpcError::new(code::INVALID_REQUEST, format!("Invalid request: {reason}")),
         }
     }
 
@@ -139,10 +134,7 @@ impl<'a> Incoming<'a> {
             Ok(env) => env,
             Err(e) if e.is_data() => {
                 // Well-formed JSON of the wrong shape (not an object, wrong field types).
-                return Err(MessageError::Invalid {
-                    reason: e.to_string(),
-                    id: None,
-                });
+                return Err(MessageError::Invalid { reason: e.to_string(), id: None });
             }
             Err(e) => return Err(MessageError::Parse(e.to_string())),
         };
@@ -150,25 +142,16 @@ impl<'a> Incoming<'a> {
             None => None,
             // An error answering a request whose id could not be read carries `"id": null`.
             Some(raw) if raw.get() == "null" && env.error.is_some() && env.method.is_none() => None,
-            Some(raw) => Some(
-                RequestId::from_raw(raw).ok_or_else(|| MessageError::Invalid {
-                    reason: "id must be a string or an integer".into(),
-                    id: None,
-                })?,
-            ),
+            Some(raw) => Some(RequestId::from_raw(raw).ok_or_else(|| MessageError::Invalid {
+                reason: "id must be a string or an integer".into(),
+                id: None,
+            })?),
         };
-        let invalid = |reason: &str| MessageError::Invalid {
-            reason: reason.into(),
-            id: id.clone(),
-        };
+        let invalid = |reason: &str| MessageError::Invalid { reason: reason.into(), id: id.clone() };
         if env.jsonrpc.as_deref() != Some("2.0") {
             return Err(invalid("jsonrpc must be \"2.0\""));
         }
-        let kind = match (
-            &env.method,
-            &id,
-            env.result.is_some() || env.error.is_some(),
-        ) {
+        let kind = match (&env.method, &id, env.result.is_some() || env.error.is_some()) {
             (Some(_), Some(_), false) => Kind::Request,
             (Some(_), None, false) => Kind::Notification,
             (None, Some(_), true) => Kind::Response,
@@ -183,14 +166,7 @@ impl<'a> Incoming<'a> {
         {
             return Err(invalid("params must be an object"));
         }
-        Ok(Self {
-            kind,
-            id,
-            method: env.method,
-            params: env.params,
-            result: env.result,
-            error: env.error,
-        })
+        Ok(Self { kind, id, method: env.method, params: env.params, result: env.result, error: env.error })
     }
 
     /// The method name, or "" for responses.
@@ -218,10 +194,7 @@ mod tests {
     #[test]
     fn bad_messages() {
         assert!(matches!(Incoming::parse("{"), Err(MessageError::Parse(_))));
-        assert!(matches!(
-            Incoming::parse("[]"),
-            Err(MessageError::Invalid { .. })
-        ));
+        assert!(matches!(Incoming::parse("[]"), Err(MessageError::Invalid { .. })));
         for bad in [
             r#"{"jsonrpc":"2.0","id":null,"method":"m"}"#,
             r#"{"jsonrpc":"2.0","id":1.5,"method":"m"}"#,
@@ -229,10 +202,7 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"method":"m","params":[1]}"#,
             r#"{"jsonrpc":"2.0","id":1}"#,
         ] {
-            assert!(
-                matches!(Incoming::parse(bad), Err(MessageError::Invalid { .. })),
-                "{bad}"
-            );
+            assert!(matches!(Incoming::parse(bad), Err(MessageError::Invalid { .. })), "{bad}");
         }
     }
 

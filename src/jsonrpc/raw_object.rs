@@ -30,10 +30,7 @@ impl<'a> RawObject<'a> {
 
     /// The raw value of `key`.
     pub fn get(&self, key: &str) -> Option<&RawValue> {
-        self.entries
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_ref())
+        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_ref())
     }
 
     /// The raw value of `key` with the lifetime of the parsed text (`None` for values set
@@ -73,10 +70,7 @@ impl<'a> RawObject<'a> {
     /// Sets `key` to an integer.
     pub fn set_u64(&mut self, key: &'a str, value: u64) {
         let mut buf = itoa::Buffer::new();
-        self.set(
-            key,
-            Cow::Owned(owned_raw(buf.format(value).as_bytes().to_vec())),
-        );
+        self.set(key, Cow::Owned(owned_raw(buf.format(value).as_bytes().to_vec())));
     }
 
     /// Removes `key`, returning its value.
@@ -116,11 +110,7 @@ impl<'a> RawObject<'a> {
 
     /// The object's JSON text.
     pub fn to_vec(&self) -> Vec<u8> {
-        let size = self
-            .entries
-            .iter()
-            .map(|(k, v)| k.len() + v.get().len() + 4)
-            .sum::<usize>();
+        let size = self.entries.iter().map(|(k, v)| k.len() + v.get().len() + 4).sum::<usize>();
         let mut out = Vec::with_capacity(size + 2);
         self.write_to(&mut out);
         out
@@ -205,10 +195,7 @@ mod tests {
         assert_eq!(obj.get_str("uri").unwrap(), "file:///a");
         obj.set_string("uri", "docs+file:///a");
         let out = String::from_utf8(obj.to_vec()).unwrap();
-        assert_eq!(
-            out,
-            r#"{"uri":"docs+file:///a","text":"x\ny \u00e9","n":[1, 2]}"#
-        );
+        assert_eq!(out, r#"{"uri":"docs+file:///a","text":"x\ny \u00e9","n":[1, 2]}"#);
     }
 
     #[test]

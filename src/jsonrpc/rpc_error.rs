@@ -29,11 +29,7 @@ pub struct RpcError {
 impl RpcError {
     /// An error with no `data`.
     pub fn new(code: i64, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-            data: None,
-        }
+        Self { code, message: message.into(), data: None }
     }
 
     /// Attaches `data`.

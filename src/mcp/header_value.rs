@@ -74,10 +74,7 @@ mod tests {
         assert_eq!(encode("file:///café"), "=?base64?ZmlsZTovLy9jYWbDqQ==?=");
         assert!(encode(" lead").starts_with(OPEN));
         assert!(encode("=?base64?abc?=").starts_with(OPEN));
-        assert_eq!(
-            decode(b"=?base64?ZmlsZTovLy9jYWbDqQ==?=").unwrap(),
-            "file:///café"
-        );
+        assert_eq!(decode(b"=?base64?ZmlsZTovLy9jYWbDqQ==?=").unwrap(), "file:///café");
     }
 
     #[test]

@@ -7,9 +7,7 @@ use bytes::Bytes;
 
 use super::{CacheStatus, Call, Router};
 use crate::auth::Principal;
-use crate::cache::{
-    CacheKey, CachedMethod, Entry, Lookup, Partition, Stored, canonical_params, splice_ttl,
-};
+use crate::cache::{CacheKey, CachedMethod, Entry, Lookup, Partition, Stored, canonical_params, splice_ttl};
 use crate::error::Error;
 use crate::jsonrpc::{RawObject, RpcError};
 
@@ -23,10 +21,7 @@ pub(super) enum Got {
     /// The upstream's own error, relayed (never cached).
     Relayed(RpcError),
     /// One upstream's list page.
-    Page {
-        items: Bytes,
-        next: Option<Box<str>>,
-    },
+    Page { items: Bytes, next: Option<Box<str>> },
 }
 
 /// What a fetch from an upstream produced.
@@ -56,29 +51,14 @@ impl Served {
         let ttl_ms = entry.remaining_ms();
         let got = match &entry.stored {
             Stored::Result { tail } => Got::Result(splice_ttl(tail, ttl_ms)),
-            Stored::Page { items, next, .. } => Got::Page {
-                items: items.clone(),
-                next: next.clone(),
-            },
+            Stored::Page { items, next, .. } => Got::Page { items: items.clone(), next: next.clone() },
             Stored::NotFound => Got::NotFound,
         };
-        Self {
-            got,
-            public: entry.public,
-            ttl_ms,
-            status,
-            age: Some(entry.age_secs()),
-        }
+        Self { got, public: entry.public, ttl_ms, status, age: Some(entry.age_secs()) }
     }
 
     fn fresh(f: Fetched, status: CacheStatus) -> Self {
-        Self {
-            got: f.got,
-            public: f.public,
-            ttl_ms: f.ttl_ms,
-            status,
-            age: None,
-        }
+        Self { got: f.got, public: f.public, ttl_ms: f.ttl_ms, status, age: None }
     }
 }
 
@@ -135,23 +115,14 @@ impl Router {
             Lookup::Miss => None,
         };
         key.partition = Partition::Public;
-        let (mut outcome, _) = self
-            .0
-            .flights
-            .run(key.clone(), || self.lead(&key, uri, principal, &fetch))
-            .await;
+        let (mut outcome, _) = self.0.flights.run(key.clone(), || self.lead(&key, uri, principal, &fetch)).await;
         // A private outcome belongs to the leader's principal alone: fetch our own.
         if let Ok(shared) = &outcome
             && !shared.0.public
             && shared.1 != *principal
         {
             key.partition = Partition::Private(principal.clone());
-            outcome = self
-                .0
-                .flights
-                .run(key.clone(), || self.lead(&key, uri, principal, &fetch))
-                .await
-                .0;
+            outcome = self.0.flights.run(key.clone(), || self.lead(&key, uri, principal, &fetch)).await.0;
         }
         match outcome {
             Ok(shared) => Ok(shared.0.clone()),
@@ -165,13 +136,7 @@ impl Router {
     }
 
     /// The flight leader: takes the invalidation ticket, fetches, stores what is cacheable.
-    async fn lead<F, Fut>(
-        &self,
-        key: &CacheKey,
-        uri: Option<&str>,
-        principal: &Principal,
-        fetch: &F,
-    ) -> Shared
+    async fn lead<F, Fut>(&self, key: &CacheKey, uri: Option<&str>, principal: &Principal, fetch: &F) -> Shared
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<Fetched, Error>>,
@@ -187,11 +152,7 @@ impl Router {
             // Negative entries are kept per principal: another may be allowed to see more.
             let public = fetched.public && !matches!(stored, Stored::NotFound);
             let mut k = key.clone();
-            k.partition = if public {
-                Partition::Public
-            } else {
-                Partition::Private(principal.clone())
-            };
+            k.partition = if public { Partition::Public } else { Partition::Private(principal.clone()) };
             let tail = match &stored {
                 Stored::Result { tail } => Some(tail.clone()),
                 _ => None,
@@ -204,9 +165,6 @@ impl Router {
                 }
             }
         }
-        Ok(Arc::new((
-            Served::fresh(fetched, CacheStatus::Miss),
-            principal.clone(),
-        )))
+        Ok(Arc::new((Served::fresh(fetched, CacheStatus::Miss), principal.clone())))
     }
 }

@@ -23,11 +23,7 @@ impl<'a> Call<'a> {
     /// The `params` to send `upstream`: the downstream's, with `_meta` adjusted for the
     /// upstream (its protocol version; no `progressToken`, since progress is not relayed) and
     /// `edit` applied.
-    pub fn upstream_params(
-        &self,
-        upstream: &Upstream,
-        edit: impl FnOnce(&mut RawObject<'a>),
-    ) -> Vec<u8> {
+    pub fn upstream_params(&self, upstream: &Upstream, edit: impl FnOnce(&mut RawObject<'a>)) -> Vec<u8> {
         let mut meta = self.meta.clone();
         meta.set_string(mcp::META_PROTOCOL_VERSION, upstream.protocol_version());
         meta.remove("progressToken");
@@ -70,19 +66,11 @@ pub struct Answer {
 impl Answer {
     /// A freshly computed result.
     pub fn result(body: Bytes) -> Self {
-        Self {
-            outcome: Ok(body),
-            cache: CacheStatus::Bypass,
-            age: None,
-        }
+        Self { outcome: Ok(body), cache: CacheStatus::Bypass, age: None }
     }
 
     /// A relayed upstream error.
     pub fn error(err: RpcError) -> Self {
-        Self {
-            outcome: Err(err),
-            cache: CacheStatus::Bypass,
-            age: None,
-        }
+        Self { outcome: Err(err), cache: CacheStatus::Bypass, age: None }
     }
 }

@@ -69,11 +69,7 @@ impl CursorCodec {
 
     /// The token for `positions` of `method`.
     pub fn encode(&self, method: &str, positions: &Positions) -> String {
-        let payload = Payload {
-            v: VERSION,
-            m: method.to_owned(),
-            p: positions.clone(),
-        };
+        let payload = Payload { v: VERSION, m: method.to_owned(), p: positions.clone() };
         let mut data = serde_json::to_vec(&payload).expect("payload serializes");
         let mac = self.mac(&data);
         data.extend_from_slice(&mac);
@@ -85,18 +81,14 @@ impl CursorCodec {
         if token.len() > MAX_TOKEN {
             return Err(CursorError::TooLong);
         }
-        let data = URL_SAFE_NO_PAD
-            .decode(token)
-            .map_err(|_| CursorError::Malformed)?;
+        let data = URL_SAFE_NO_PAD.decode(token).map_err(|_| CursorError::Malformed)?;
         if data.len() <= MAC_LEN {
             return Err(CursorError::Malformed);
         }
         let (body, mac) = data.split_at(data.len() - MAC_LEN);
         let mut check = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
         check.update(body);
-        check
-            .verify_truncated_left(mac)
-            .map_err(|_| CursorError::BadSignature)?;
+        check.verify_truncated_left(mac).map_err(|_| CursorError::BadSignature)?;
         let payload: Payload = serde_json::from_slice(body).map_err(|_| CursorError::Malformed)?;
         if payload.v != VERSION {
             return Err(CursorError::Version);
@@ -116,32 +108,17 @@ mod tests {
     #[test]
     fn tampering_and_misuse_are_refused() {
         let c = CursorCodec::new(b"k");
-        let p = vec![
-            ("docs".to_string(), Some("abc".to_string())),
-            ("fs".into(), None),
-        ];
+        let p = vec![("docs".to_string(), Some("abc".to_string())), ("fs".into(), None)];
         let t = c.encode("resources/list", &p);
         assert_eq!(c.decode("resources/list", &t).unwrap(), p);
         assert_eq!(c.decode("tools/list", &t), Err(CursorError::WrongMethod));
-        assert_eq!(
-            CursorCodec::new(b"other").decode("resources/list", &t),
-            Err(CursorError::BadSignature)
-        );
+        assert_eq!(CursorCodec::new(b"other").decode("resources/list", &t), Err(CursorError::BadSignature));
         let mut bytes = t.clone().into_bytes();
         bytes[3] = if bytes[3] == b'A' { b'B' } else { b'A' };
-        assert!(
-            c.decode("resources/list", std::str::from_utf8(&bytes).unwrap())
-                .is_err()
-        );
-        assert_eq!(
-            c.decode("resources/list", "!!"),
-            Err(CursorError::Malformed)
-        );
+        assert!(c.decode("resources/list", std::str::from_utf8(&bytes).unwrap()).is_err());
+        assert_eq!(c.decode("resources/list", "!!"), Err(CursorError::Malformed));
         assert_eq!(c.decode("resources/list", ""), Err(CursorError::Malformed));
-        assert_eq!(
-            c.decode("resources/list", &"A".repeat(MAX_TOKEN + 1)),
-            Err(CursorError::TooLong)
-        );
+        assert_eq!(c.decode("resources/list", &"A".repeat(MAX_TOKEN + 1)), Err(CursorError::TooLong));
     }
 
     proptest! {

@@ -16,8 +16,7 @@ impl Router {
     pub(super) async fn discover(&self) -> Answer {
         let infos = if self.0.started.elapsed() < STARTUP_GRACE {
             let deadline = tokio::time::Instant::from_std(self.0.started + STARTUP_GRACE);
-            futures_util::future::join_all(self.0.upstreams.iter().map(|u| u.wait_info(deadline)))
-                .await
+            futures_util::future::join_all(self.0.upstreams.iter().map(|u| u.wait_info(deadline))).await
         } else {
             self.0.upstreams.iter().map(|u| u.info()).collect()
         };
@@ -36,11 +35,7 @@ impl Router {
         }
         // Until every upstream is known the answer may change soon: do not let it be cached.
         let complete = infos.iter().all(Option::is_some);
-        let ttl = if complete {
-            self.0.proxy.discover_ttl.as_millis() as u64
-        } else {
-            0
-        };
+        let ttl = if complete { self.0.proxy.discover_ttl.as_millis() as u64 } else { 0 };
         let server_info: Value = serde_json::from_str(&self.0.server_info).expect("valid JSON");
         let mut result = json!({
             "resultType": "complete",
@@ -53,8 +48,6 @@ impl Router {
         if !instructions.is_empty() {
             result["instructions"] = Value::String(instructions.join("\n\n"));
         }
-        Answer::result(Bytes::from(
-            serde_json::to_vec(&result).expect("serializable"),
-        ))
+        Answer::result(Bytes::from(serde_json::to_vec(&result).expect("serializable")))
     }
 }

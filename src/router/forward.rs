@@ -24,35 +24,19 @@ enum Target {
 impl Router {
     pub(super) async fn read(&self, call: &Call<'_>) -> Result<Answer, Error> {
         let uri = required_str(&call.params, "uri")?;
-        let not_found = || {
-            Error::from(DownstreamError::ResourceNotFound {
-                uri: uri.to_string(),
-            })
-        };
+        let not_found = || Error::from(DownstreamError::ResourceNotFound { uri: uri.to_string() });
         let route = self.0.ns.route_uri(&uri).ok_or_else(not_found)?;
         let (candidates, upstream_uri) = route.candidates();
         for (n, &index) in candidates.iter().enumerate() {
-            let key = self.cache_key(call, index, CachedMethod::ResourcesRead, |p| {
-                p.set_string("uri", upstream_uri)
-            });
+            let key = self.cache_key(call, index, CachedMethod::ResourcesRead, |p| p.set_string("uri", upstream_uri));
             let served = self
-                .through_cache(call, key, Some(upstream_uri), || {
-                    self.fetch_read(call, index, upstream_uri)
-                })
+                .through_cache(call, key, Some(upstream_uri), || self.fetch_read(call, index, upstream_uri))
                 .await?;
             let answer = match served.got {
                 Got::NotFound if n + 1 < candidates.len() => continue,
                 Got::NotFound => Err(not_found()),
-                Got::Result(body) => Ok(Answer {
-                    outcome: Ok(body),
-                    cache: served.status,
-                    age: served.age,
-                }),
-                Got::Relayed(e) => Ok(Answer {
-                    outcome: Err(e),
-                    cache: served.status,
-                    age: None,
-                }),
+                Got::Result(body) => Ok(Answer { outcome: Ok(body), cache: served.status, age: served.age }),
+                Got::Relayed(e) => Ok(Answer { outcome: Err(e), cache: served.status, age: None }),
                 Got::Page { .. } => Err(Error::Internal("a read produced a list page".into())),
             };
             return answer;
@@ -64,73 +48,40 @@ impl Router {
     async fn fetch_read(&self, call: &Call<'_>, index: usize, uri: &str) -> Result<Fetched, Error> {
         let upstream = &self.0.upstreams[index];
         let params = call.upstream_params(upstream, |p| p.set_string("uri", uri));
-        let body = match upstream
-            .request(m::RESOURCES_READ, &params, Some(uri))
-            .await?
-        {
+        let body = match upstream.request(m::RESOURCES_READ, &params, Some(uri)).await? {
             Reply::Result(body) => body,
             Reply::Error(e) if is_not_found(&e) => {
-                return Ok(Fetched {
-                    got: Got::NotFound,
-                    stored: Some(Stored::NotFound),
-                    public: false,
-                    ttl_ms: 0,
-                });
+                return Ok(Fetched { got: Got::NotFound, stored: Some(Stored::NotFound), public: false, ttl_ms: 0 });
             }
             Reply::Error(e) => {
                 let e = rewrite::error(e, &self.0.ns, index);
-                return Ok(Fetched {
-                    got: Got::Relayed(e),
-                    stored: None,
-                    public: false,
-                    ttl_ms: 0,
-                });
+                return Ok(Fetched { got: Got::Relayed(e), stored: None, public: false, ttl_ms: 0 });
             }
         };
-        let malformed = |reason: String| {
-            Error::from(UpstreamError::Protocol {
-                upstream: upstream.name().to_owned(),
-                reason,
-            })
-        };
+        let malformed =
+            |reason: String| Error::from(UpstreamError::Protocol { upstream: upstream.name().to_owned(), reason });
         let text = std::str::from_utf8(&body).map_err(|e| malformed(e.to_string()))?;
-        let mut obj =
-            RawObject::parse_str(text).map_err(|e| malformed(format!("read result: {e}")))?;
+        let mut obj = RawObject::parse_str(text).map_err(|e| malformed(format!("read result: {e}")))?;
         let rewritten = rewrite::read_object(&mut obj, &self.0.ns, index).map_err(malformed)?;
         let hints = Hints::of(&obj, upstream.config());
         // Only complete results are cacheable; `input_required` (MRTR) never is.
         let complete = obj.get_str("resultType").is_none_or(|t| t == "complete");
         let stored = complete.then(|| Stored::result_of(&obj));
-        let got = Got::Result(if rewritten {
-            Bytes::from(obj.to_vec())
-        } else {
-            body.clone()
-        });
-        Ok(Fetched {
-            got,
-            stored,
-            public: hints.public,
-            ttl_ms: hints.ttl_ms,
-        })
+        let got = Got::Result(if rewritten { Bytes::from(obj.to_vec()) } else { body.clone() });
+        Ok(Fetched { got, stored, public: hints.public, ttl_ms: hints.ttl_ms })
     }
 
     pub(super) async fn call_named(&self, call: &Call<'_>) -> Result<Answer, Error> {
         let name = required_str(&call.params, "name")?;
         let Some(route) = self.0.ns.route_name(&name) else {
-            let what = if call.method == m::TOOLS_CALL {
-                "tool"
-            } else {
-                "prompt"
-            };
+            let what = if call.method == m::TOOLS_CALL { "tool" } else { "prompt" };
             return Err(DownstreamError::InvalidParams(format!("unknown {what} `{name}`")).into());
         };
-        let (index, reply) = self
-            .forward(call, route, Target::Name, |p, v| p.set_string("name", v))
-            .await?;
+        let (index, reply) = self.forward(call, route, Target::Name, |p, v| p.set_string("name", v)).await?;
         match reply {
-            Reply::Result(body) => Ok(Answer::result(
-                self.rewrite(rewrite::content_result(&body, &self.0.ns, index), index)?,
-            )),
+            Reply::Result(body) => {
+                Ok(Answer::result(self.rewrite(rewrite::content_result(&body, &self.0.ns, index), index)?))
+            }
             Reply::Error(e) => Ok(Answer::error(rewrite::error(e, &self.0.ns, index))),
         }
     }
@@ -144,9 +95,7 @@ impl Router {
             Some("ref/resource") => (Target::Uri, "uri"),
             _ => return Err(bad("`ref.type` must be ref/prompt or ref/resource")),
         };
-        let value = reference
-            .get_str(key)
-            .ok_or_else(|| bad("`ref` lacks its name or uri"))?;
+        let value = reference.get_str(key).ok_or_else(|| bad("`ref` lacks its name or uri"))?;
         let route = match target {
             Target::Uri => self.0.ns.route_uri(&value),
             Target::Name => self.0.ns.route_name(&value),
@@ -199,23 +148,14 @@ impl Router {
 
     fn rewrite(&self, r: Result<Bytes, String>, index: usize) -> Result<Bytes, Error> {
         r.map_err(|reason| {
-            crate::error::UpstreamError::Protocol {
-                upstream: self.0.upstreams[index].name().to_owned(),
-                reason,
-            }
-            .into()
+            crate::error::UpstreamError::Protocol { upstream: self.0.upstreams[index].name().to_owned(), reason }.into()
         })
     }
 }
 
 /// A required string parameter.
-fn required_str<'o>(
-    params: &'o RawObject<'_>,
-    key: &str,
-) -> Result<std::borrow::Cow<'o, str>, Error> {
-    params.get_str(key).ok_or_else(|| {
-        DownstreamError::InvalidParams(format!("missing or non-string `{key}`")).into()
-    })
+fn required_str<'o>(params: &'o RawObject<'_>, key: &str) -> Result<std::borrow::Cow<'o, str>, Error> {
+    params.get_str(key).ok_or_else(|| DownstreamError::InvalidParams(format!("missing or non-string `{key}`")).into())
 }
 
 /// Whether an upstream error means "not found": -32602 (2026-07-28; for a read, whose only

@@ -15,10 +15,7 @@ impl Hints {
     /// and `default_scope` when absent. Negative or malformed TTLs count as 0.
     pub fn of(result: &RawObject<'_>, upstream: &UpstreamConfig) -> Self {
         let ttl_ms = match result.get("ttlMs") {
-            Some(raw) => raw
-                .get()
-                .parse::<f64>()
-                .map_or(0, |v| if v > 0.0 { v as u64 } else { 0 }),
+            Some(raw) => raw.get().parse::<f64>().map_or(0, |v| if v > 0.0 { v as u64 } else { 0 }),
             None => upstream.default_ttl.as_millis() as u64,
         };
         let public = match result.get_str("cacheScope").as_deref() {
@@ -32,10 +29,7 @@ impl Hints {
     /// Combines the hints of a merged page's contributors: the shortest TTL, and private if
     /// any contributor is private.
     pub fn combine(self, other: Hints) -> Hints {
-        Hints {
-            ttl_ms: self.ttl_ms.min(other.ttl_ms),
-            public: self.public && other.public,
-        }
+        Hints { ttl_ms: self.ttl_ms.min(other.ttl_ms), public: self.public && other.public }
     }
 
     /// The scope as the wire spells it.
@@ -52,39 +46,11 @@ mod tests {
     fn defaults_and_clamps() {
         let mut up = UpstreamConfig::http("a", "http://x/mcp");
         up.default_ttl = std::time::Duration::from_secs(2);
-        let h = Hints::of(
-            &RawObject::parse_str(r#"{"ttlMs":-5,"cacheScope":"public"}"#).unwrap(),
-            &up,
-        );
-        assert_eq!(
-            h,
-            Hints {
-                ttl_ms: 0,
-                public: true
-            }
-        );
+        let h = Hints::of(&RawObject::parse_str(r#"{"ttlMs":-5,"cacheScope":"public"}"#).unwrap(), &up);
+        assert_eq!(h, Hints { ttl_ms: 0, public: true });
         let h = Hints::of(&RawObject::parse_str("{}").unwrap(), &up);
-        assert_eq!(
-            h,
-            Hints {
-                ttl_ms: 2000,
-                public: false
-            }
-        );
-        let c = Hints {
-            ttl_ms: 10,
-            public: true,
-        }
-        .combine(Hints {
-            ttl_ms: 5,
-            public: false,
-        });
-        assert_eq!(
-            c,
-            Hints {
-                ttl_ms: 5,
-                public: false
-            }
-        );
+        assert_eq!(h, Hints { ttl_ms: 2000, public: false });
+        let c = Hints { ttl_ms: 10, public: true }.combine(Hints { ttl_ms: 5, public: false });
+        assert_eq!(c, Hints { ttl_ms: 5, public: false });
     }
 }

@@ -103,12 +103,8 @@ enum PageError {
 impl Router {
     pub(super) async fn list(&self, call: &Call<'_>, kind: &ListKind) -> Result<Answer, Error> {
         let positions = self.positions(call, kind)?;
-        let pages = join_all(
-            positions
-                .iter()
-                .map(|(index, cursor)| self.page(call, kind, *index, cursor.as_deref())),
-        )
-        .await;
+        let pages =
+            join_all(positions.iter().map(|(index, cursor)| self.page(call, kind, *index, cursor.as_deref()))).await;
 
         let mut items = Vec::new();
         let mut next: Positions = Vec::new();
@@ -119,12 +115,7 @@ impl Router {
             let upstream = &self.0.upstreams[*index];
             let failure = match page {
                 Ok(Served {
-                    got:
-                        Got::Page {
-                            items: page_items,
-                            next: page_next,
-                            ..
-                        },
+                    got: Got::Page { items: page_items, next: page_next, .. },
                     public,
                     ttl_ms,
                     status: s,
@@ -146,10 +137,7 @@ impl Router {
                     }
                     continue;
                 }
-                Ok(Served {
-                    got: Got::Relayed(e),
-                    ..
-                }) => PageError::Answered(e),
+                Ok(Served { got: Got::Relayed(e), .. }) => PageError::Answered(e),
                 Ok(_) => PageError::Failed(UpstreamError::Protocol {
                     upstream: upstream.name().to_owned(),
                     reason: "list request produced no page".into(),
@@ -160,9 +148,7 @@ impl Router {
             if upstream.config().on_error == OnError::FailClosed {
                 return match failure {
                     PageError::Failed(u) => Err(u.into()),
-                    PageError::Answered(r) => {
-                        Ok(Answer::error(rewrite::error(r, &self.0.ns, *index)))
-                    }
+                    PageError::Answered(r) => Ok(Answer::error(rewrite::error(r, &self.0.ns, *index))),
                 };
             }
             let reason = match &failure {
@@ -172,10 +158,7 @@ impl Router {
             tracing::warn!(upstream = %upstream.name(), method = kind.method, %reason, "list page skipped (fail_open)");
         }
         // A page no upstream contributed to is not worth caching downstream either.
-        let hints = hints.unwrap_or(Hints {
-            ttl_ms: 0,
-            public: false,
-        });
+        let hints = hints.unwrap_or(Hints { ttl_ms: 0, public: false });
         Ok(Answer {
             outcome: Ok(self.page_result(kind, &items, &next, hints)),
             cache: status.unwrap_or(CacheStatus::Bypass),
@@ -204,10 +187,7 @@ impl Router {
         cursor: Option<&str>,
     ) -> Result<Served, Error> {
         let key = self.cache_key(call, index, kind.cached, |p| set_cursor(p, cursor));
-        self.through_cache(call, key, None, || {
-            self.fetch_page(call, kind, index, cursor)
-        })
-        .await
+        self.through_cache(call, key, None, || self.fetch_page(call, kind, index, cursor)).await
     }
 
     /// Fetches one upstream's page and puts its items in downstream form.
@@ -223,12 +203,7 @@ impl Router {
         let body = match upstream.request(kind.method, &params, None).await? {
             Reply::Result(body) => body,
             Reply::Error(e) => {
-                return Ok(Fetched {
-                    got: Got::Relayed(e),
-                    stored: None,
-                    public: false,
-                    ttl_ms: 0,
-                });
+                return Ok(Fetched { got: Got::Relayed(e), stored: None, public: false, ttl_ms: 0 });
             }
         };
         let malformed = |e: String| {
@@ -241,40 +216,22 @@ impl Router {
         let page = RawObject::parse_str(text).map_err(|e| malformed(e.to_string()))?;
         let mut items = Vec::new();
         if let Some(array) = page.get(kind.items) {
-            rewrite::list_items(array, kind.field, &self.0.ns, index, &mut items)
-                .map_err(malformed)?;
+            rewrite::list_items(array, kind.field, &self.0.ns, index, &mut items).map_err(malformed)?;
         }
         let next: Option<Box<str>> = match page.get("nextCursor") {
             None => None,
             Some(raw) if raw.get() == "null" => None,
-            Some(raw) => Some(
-                raw_str(raw)
-                    .ok_or_else(|| malformed("nextCursor is not a string".into()))?
-                    .into(),
-            ),
+            Some(raw) => Some(raw_str(raw).ok_or_else(|| malformed("nextCursor is not a string".into()))?.into()),
         };
         let hints = Hints::of(&page, upstream.config());
         let items = Bytes::from(items);
         let complete = page.get_str("resultType").is_none_or(|t| t == "complete");
-        let stored = complete.then(|| Stored::Page {
-            items: items.clone(),
-            next: next.clone(),
-            public: hints.public,
-        });
-        Ok(Fetched {
-            got: Got::Page { items, next },
-            stored,
-            public: hints.public,
-            ttl_ms: hints.ttl_ms,
-        })
+        let stored = complete.then(|| Stored::Page { items: items.clone(), next: next.clone(), public: hints.public });
+        Ok(Fetched { got: Got::Page { items, next }, stored, public: hints.public, ttl_ms: hints.ttl_ms })
     }
 
     /// Upstream indices and cursors for this request.
-    fn positions(
-        &self,
-        call: &Call<'_>,
-        kind: &ListKind,
-    ) -> Result<Vec<(usize, Option<String>)>, Error> {
+    fn positions(&self, call: &Call<'_>, kind: &ListKind) -> Result<Vec<(usize, Option<String>)>, Error> {
         let Some(raw) = call.params.get("cursor") else {
             return Ok(self
                 .0
@@ -285,24 +242,14 @@ impl Router {
                 .map(|(i, _)| (i, None))
                 .collect());
         };
-        let bad = |why: String| {
-            Error::from(DownstreamError::InvalidParams(format!(
-                "invalid cursor: {why}"
-            )))
-        };
+        let bad = |why: String| Error::from(DownstreamError::InvalidParams(format!("invalid cursor: {why}")));
         let token = raw_str(raw).ok_or_else(|| bad("not a string".into()))?;
-        let positions = self
-            .0
-            .cursors
-            .decode(kind.method, &token)
-            .map_err(|e| bad(e.to_string()))?;
+        let positions = self.0.cursors.decode(kind.method, &token).map_err(|e| bad(e.to_string()))?;
         positions
             .into_iter()
             .map(|(name, cursor)| {
                 let index = self.0.upstreams.iter().position(|u| u.name() == name);
-                index
-                    .map(|i| (i, cursor))
-                    .ok_or_else(|| bad(format!("unknown upstream `{name}`")))
+                index.map(|i| (i, cursor)).ok_or_else(|| bad(format!("unknown upstream `{name}`")))
             })
             .collect()
     }

@@ -41,20 +41,10 @@ impl Namespace {
     /// is more than one upstream.
     pub fn new(upstreams: &[(String, bool)]) -> Self {
         let several = upstreams.len() > 1;
-        let prefixes: Vec<Option<String>> = upstreams
-            .iter()
-            .map(|(name, wanted)| (several && *wanted).then(|| name.clone()))
-            .collect();
-        let unprefixed = prefixes
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.is_none())
-            .map(|(i, _)| i)
-            .collect();
-        Self {
-            prefixes,
-            unprefixed,
-        }
+        let prefixes: Vec<Option<String>> =
+            upstreams.iter().map(|(name, wanted)| (several && *wanted).then(|| name.clone())).collect();
+        let unprefixed = prefixes.iter().enumerate().filter(|(_, p)| p.is_none()).map(|(i, _)| i).collect();
+        Self { prefixes, unprefixed }
     }
 
     /// The prefix of upstream `index`, if it has one.
@@ -77,11 +67,7 @@ impl Namespace {
         self.route(name, |p| name.strip_prefix(p)?.strip_prefix(NAME_SEP))
     }
 
-    fn route<'a>(
-        &'a self,
-        value: &'a str,
-        strip: impl Fn(&str) -> Option<&'a str>,
-    ) -> Option<Route<'a>> {
+    fn route<'a>(&'a self, value: &'a str, strip: impl Fn(&str) -> Option<&'a str>) -> Option<Route<'a>> {
         for (i, p) in self.prefixes.iter().enumerate() {
             if let Some(p) = p
                 && let Some(rest) = strip(p)
@@ -123,10 +109,7 @@ mod tests {
     fn single_upstream_passes_through() {
         let t = table(&[("docs", true)]);
         assert_eq!(t.uri_out(0, "file:///a"), "file:///a");
-        assert_eq!(
-            t.route_uri("file:///a"),
-            Some(Route::Unprefixed(&[0], "file:///a"))
-        );
+        assert_eq!(t.route_uri("file:///a"), Some(Route::Unprefixed(&[0], "file:///a")));
     }
 
     #[test]
@@ -134,15 +117,9 @@ mod tests {
         let t = table(&[("docs", true), ("fs", false), ("git", true)]);
         assert_eq!(t.uri_out(0, "file:///a"), "docs+file:///a");
         assert_eq!(t.name_out(2, "log"), "git__log");
-        assert_eq!(
-            t.route_uri("docs+file:///a"),
-            Some(Route::Prefixed(0, "file:///a"))
-        );
+        assert_eq!(t.route_uri("docs+file:///a"), Some(Route::Prefixed(0, "file:///a")));
         assert_eq!(t.route_name("git__log"), Some(Route::Prefixed(2, "log")));
-        assert_eq!(
-            t.route_uri("file:///b"),
-            Some(Route::Unprefixed(&[1], "file:///b"))
-        );
+        assert_eq!(t.route_uri("file:///b"), Some(Route::Unprefixed(&[1], "file:///b")));
         let all = table(&[("a", true), ("b", true)]);
         assert_eq!(all.route_uri("c+x:y"), None);
     }

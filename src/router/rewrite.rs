@@ -49,9 +49,7 @@ pub fn list_items(
             continue;
         }
         let mut obj = RawObject::parse(item).map_err(|e| e.to_string())?;
-        let value = obj
-            .get_str(key)
-            .ok_or_else(|| format!("list item without `{key}`"))?;
+        let value = obj.get_str(key).ok_or_else(|| format!("list item without `{key}`"))?;
         let renamed = out_of(field, ns, index, &value);
         obj.set_string(key, &renamed);
         obj.write_to(out);
@@ -104,9 +102,7 @@ pub fn content_result(result: &Bytes, ns: &Namespace, index: usize) -> Result<By
     if !changed {
         return Ok(result.clone());
     }
-    serde_json::to_vec(&v)
-        .map(Bytes::from)
-        .map_err(|e| e.to_string())
+    serde_json::to_vec(&v).map(Bytes::from).map_err(|e| e.to_string())
 }
 
 fn rewrite_block(block: &mut Value, ns: &Namespace, index: usize) -> bool {
@@ -158,14 +154,8 @@ mod tests {
     fn list_items_by_field() {
         let raw = crate::jsonrpc::parse_raw(r#"[{"name":"echo","x":1},{"name":"add"}]"#).unwrap();
         let mut out = Vec::new();
-        assert_eq!(
-            list_items(raw, Field::Name("name"), &ns(), 0, &mut out).unwrap(),
-            2
-        );
-        assert_eq!(
-            std::str::from_utf8(&out).unwrap(),
-            r#"{"name":"docs__echo","x":1},{"name":"docs__add"}"#
-        );
+        assert_eq!(list_items(raw, Field::Name("name"), &ns(), 0, &mut out).unwrap(), 2);
+        assert_eq!(std::str::from_utf8(&out).unwrap(), r#"{"name":"docs__echo","x":1},{"name":"docs__add"}"#);
     }
 
     #[test]
@@ -174,7 +164,9 @@ mod tests {
         let v: Value = serde_json::from_slice(&content_result(&r, &ns(), 0).unwrap()).unwrap();
         assert_eq!(v["content"][1]["uri"], "docs+file:///a");
         assert_eq!(v["content"][2]["resource"]["uri"], "docs+file:///b");
-        let p = Bytes::from_static(br#"{"messages":[{"role":"user","content":{"type":"resource_link","uri":"x:y","name":"y"}}]}"#);
+        let p = Bytes::from_static(
+            br#"{"messages":[{"role":"user","content":{"type":"resource_link","uri":"x:y","name":"y"}}]}"#,
+        );
         let v: Value = serde_json::from_slice(&content_result(&p, &ns(), 1).unwrap()).unwrap();
         assert_eq!(v["messages"][0]["content"]["uri"], "fs+x:y");
     }

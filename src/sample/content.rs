@@ -168,11 +168,7 @@ const NOTES: &[(&str, &str, &str)] = &[
         "Hiring plan",
         "Two backend engineers in Q1, one SRE in Q2. Interview loop: systems design, coding, on-call scenario.\n",
     ),
-    (
-        "ideas",
-        "Ideas backlog",
-        "- Job templates\n- Per-team cost reports\n- Preemptible workers for batch jobs\n",
-    ),
+    ("ideas", "Ideas backlog", "- Job templates\n- Per-team cost reports\n- Preemptible workers for batch jobs\n"),
 ];
 
 impl SampleSpec {
@@ -212,9 +208,7 @@ impl SampleSpec {
 /// `size` bytes of deterministic text for item `i`.
 fn filler(i: usize, size: usize) -> String {
     let mut s = format!("item {i}: ");
-    let words = [
-        "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",
-    ];
+    let words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"];
     let mut k = i;
     while s.len() < size {
         s.push_str(words[k % words.len()]);

@@ -25,9 +25,11 @@ struct Inner {
     status: AtomicU64,
     /// Requests received, per method.
     counts: Mutex<HashMap<String, u64>>,
-    /// URIs that changed, for listen streams. Bounded: a listener that lags loses the oldest
-    /// (tests and the demo never come near 1,024 pending changes).
-    updates: broadcast::Sender<String>,
+    /// Events for listen streams. Bounded: a listen stream that lags loses the oldest
+    /// (tests and the demo stay far below the capacity).
+    updates: broadcast::Sender<SampleEvent>,
+    /// The URIs of each open listen stream, by stream number.
+    active: Mutex<HashMap<u64, Vec<String>>>,
     /// Fetches of the private resources (`me`, `secret`), numbering their contents.
     private_reads: AtomicU64,
     /// Listen streams open now, and opened in total.
@@ -54,11 +56,7 @@ pub struct Listen {
 impl Sample {
     pub fn new(spec: SampleSpec) -> Self {
         let docs = spec.docs_list();
-        let by_uri = docs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (spec.uri(&d.path), i))
-            .collect();
+        let by_uri = docs.iter().enumerate().map(|(i, d)| (spec.uri(&d.path), i)).collect();
         let status_uri = spec.uri("status");
         Self(Arc::new(Inner {
             docs,
@@ -67,7 +65,8 @@ impl Sample {
             spec,
             status: AtomicU64::new(1),
             counts: Mutex::new(HashMap::new()),
-            updates: broadcast::channel(1024).0,
+            updates: broadcast::channel(16 * 1024).0,
+            active: Mutex::new(HashMap::new()),
             private_reads: AtomicU64::new(0),
             listens_open: AtomicU64::new(0),
             listens_total: AtomicU64::new(0),
@@ -81,13 +80,7 @@ impl Sample {
 
     /// Requests received for `method`.
     pub fn count(&self, method: &str) -> u64 {
-        self.0
-            .counts
-            .lock()
-            .expect("counts")
-            .get(method)
-            .copied()
-            .unwrap_or(0)
+        self.0.counts.lock().expect("counts").get(method).copied().unwrap_or(0)
     }
 
     /// Requests received, all methods.
@@ -113,18 +106,42 @@ impl Sample {
     /// Changes the `status` resource now and notifies listeners.
     pub fn bump(&self) {
         self.0.status.fetch_add(1, Ordering::Relaxed);
-        let _ = self.0.updates.send(self.0.status_uri.clone());
+        let _ = self.0.updates.send(SampleEvent::Updated(self.0.status_uri.clone()));
     }
 
-    /// Receives the URIs that change.
-    pub fn subscribe_updates(&self) -> broadcast::Receiver<String> {
+    /// Announces a change of any URI to the listen streams subscribed to it.
+    pub fn touch(&self, uri: &str) {
+        let _ = self.0.updates.send(SampleEvent::Updated(uri.to_owned()));
+    }
+
+    /// Announces `notifications/resources/list_changed`.
+    pub fn change_list(&self) {
+        let _ = self.0.updates.send(SampleEvent::ListChanged);
+    }
+
+    /// Ends every open listen stream: with a result (`graceful`), or with
+    /// `notifications/cancelled`.
+    pub fn end_listens(&self, graceful: bool) {
+        let _ = self.0.updates.send(SampleEvent::End { graceful });
+    }
+
+    /// Receives the events for listen streams.
+    pub fn subscribe_updates(&self) -> broadcast::Receiver<SampleEvent> {
         self.0.updates.subscribe()
     }
 
-    pub(super) fn listen_opened(&self) -> ListenGuard {
+    /// The subscribed URIs of every open listen stream.
+    pub fn active_subscriptions(&self) -> Vec<Vec<String>> {
+        let mut v: Vec<Vec<String>> = self.0.active.lock().expect("active").values().cloned().collect();
+        v.sort();
+        v
+    }
+
+    pub(super) fn listen_opened(&self, listen: &Listen) -> ListenGuard {
         self.0.listens_open.fetch_add(1, Ordering::Relaxed);
-        self.0.listens_total.fetch_add(1, Ordering::Relaxed);
-        ListenGuard(self.clone())
+        let n = self.0.listens_total.fetch_add(1, Ordering::Relaxed);
+        self.0.active.lock().expect("active").insert(n, listen.uris.clone());
+        ListenGuard(self.clone(), n)
     }
 
     /// Changes `status` periodically when the spec asks for it, until `cancel`.
@@ -147,13 +164,7 @@ impl Sample {
 
     /// Serves one request.
     pub async fn handle(&self, method: &str, params: &RawObject<'_>) -> Handled {
-        *self
-            .0
-            .counts
-            .lock()
-            .expect("counts")
-            .entry(method.to_owned())
-            .or_default() += 1;
+        *self.0.counts.lock().expect("counts").entry(method.to_owned()).or_default() += 1;
         if !self.0.spec.delay.is_zero() {
             tokio::time::sleep(self.0.spec.delay).await;
         }
@@ -168,10 +179,7 @@ impl Sample {
             m::PROMPTS_GET => self.prompt(params),
             m::COMPLETE => self.complete(params),
             m::LISTEN => self.listen(params),
-            other => Handled::Error(RpcError::new(
-                code::METHOD_NOT_FOUND,
-                format!("Method not found: {other}"),
-            )),
+            other => Handled::Error(RpcError::new(code::METHOD_NOT_FOUND, format!("Method not found: {other}"))),
         }
     }
 
@@ -182,16 +190,10 @@ impl Sample {
     fn finish_scoped(&self, mut result: Value, cacheable: bool, public: bool) -> Value {
         let obj = result.as_object_mut().expect("results are objects");
         obj.insert("resultType".into(), json!("complete"));
-        obj.insert(
-            "_meta".into(),
-            json!({ mcp::META_SERVER_INFO: { "name": self.0.spec.name, "version": "1.0.0" } }),
-        );
+        obj.insert("_meta".into(), json!({ mcp::META_SERVER_INFO: { "name": self.0.spec.name, "version": "1.0.0" } }));
         if cacheable {
             obj.insert("ttlMs".into(), json!(self.0.spec.ttl_ms));
-            obj.insert(
-                "cacheScope".into(),
-                json!(if public { "public" } else { "private" }),
-            );
+            obj.insert("cacheScope".into(), json!(if public { "public" } else { "private" }));
         }
         result
     }
@@ -220,18 +222,14 @@ impl Sample {
                        "mimeType": d.mime, "size": d.text.len()})
             })
             .collect();
-        out.push(
-            json!({"uri": self.0.status_uri, "name": "status", "title": "Live status",
-                        "description": "Changes periodically", "mimeType": "text/plain"}),
-        );
+        out.push(json!({"uri": self.0.status_uri, "name": "status", "title": "Live status",
+                        "description": "Changes periodically", "mimeType": "text/plain"}));
         out
     }
 
     fn templates(&self) -> Vec<Value> {
-        vec![
-            json!({"uriTemplate": format!("{}://{{path}}", self.0.spec.scheme), "name": "by-path",
-                    "title": "Any document by path", "mimeType": "text/plain"}),
-        ]
+        vec![json!({"uriTemplate": format!("{}://{{path}}", self.0.spec.scheme), "name": "by-path",
+                    "title": "Any document by path", "mimeType": "text/plain"})]
     }
 
     fn tools(&self) -> Vec<Value> {
@@ -244,16 +242,16 @@ impl Sample {
                    {"type": "object", "properties": {}}}),
         ];
         if self.0.spec.crashable {
-            tools.push(json!({"name": "crash", "description": "Ends the server process", "inputSchema": {"type": "object"}}));
+            tools.push(
+                json!({"name": "crash", "description": "Ends the server process", "inputSchema": {"type": "object"}}),
+            );
         }
         tools
     }
 
     fn prompts(&self) -> Vec<Value> {
-        vec![
-            json!({"name": "summarize", "description": "Summarize a document",
-                    "arguments": [{"name": "uri", "required": true}]}),
-        ]
+        vec![json!({"name": "summarize", "description": "Summarize a document",
+                    "arguments": [{"name": "uri", "required": true}]})]
     }
 
     fn page(&self, params: &RawObject<'_>, key: &str, items: Vec<Value>) -> Handled {
@@ -275,15 +273,9 @@ impl Sample {
     fn text_of(&self, uri: &str) -> Option<(String, &'static str)> {
         if uri == self.0.status_uri {
             let v = self.0.status.load(Ordering::Relaxed);
-            return Some((
-                format!("status version {v}: all systems nominal"),
-                "text/plain",
-            ));
+            return Some((format!("status version {v}: all systems nominal"), "text/plain"));
         }
-        self.0
-            .by_uri
-            .get(uri)
-            .map(|&i| (self.0.docs[i].text.clone(), self.0.docs[i].mime))
+        self.0.by_uri.get(uri).map(|&i| (self.0.docs[i].text.clone(), self.0.docs[i].mime))
     }
 
     fn read(&self, params: &RawObject<'_>) -> Handled {
@@ -305,10 +297,9 @@ impl Sample {
             return self.read_secret(&uri, params);
         }
         match self.text_of(&uri) {
-            Some((text, mime)) => Handled::Result(self.finish(
-                json!({"contents": [{"uri": uri, "mimeType": mime, "text": text}]}),
-                true,
-            )),
+            Some((text, mime)) => {
+                Handled::Result(self.finish(json!({"contents": [{"uri": uri, "mimeType": mime, "text": text}]}), true))
+            }
             None => Handled::Error(not_found(&uri)),
         }
     }
@@ -316,16 +307,11 @@ impl Sample {
     /// A resource behind a confirmation (MRTR): `input_required` until the retry carries an
     /// accepted `confirm` answer and the echoed `requestState`.
     fn read_secret(&self, uri: &str, params: &RawObject<'_>) -> Handled {
-        let answers: Value = params
-            .get("inputResponses")
-            .and_then(|a| serde_json::from_str(a.get()).ok())
-            .unwrap_or(Value::Null);
+        let answers: Value =
+            params.get("inputResponses").and_then(|a| serde_json::from_str(a.get()).ok()).unwrap_or(Value::Null);
         let state_ok = params.get_str("requestState").as_deref() == Some("confirm-1");
         if state_ok && answers["confirm"]["action"] == "accept" {
-            let text = format!(
-                "the secret, fetch {}",
-                self.0.private_reads.fetch_add(1, Ordering::Relaxed) + 1
-            );
+            let text = format!("the secret, fetch {}", self.0.private_reads.fetch_add(1, Ordering::Relaxed) + 1);
             return Handled::Result(self.finish_scoped(
                 json!({"contents": [{"uri": uri, "mimeType": "text/plain", "text": text}]}),
                 true,
@@ -342,26 +328,18 @@ impl Sample {
     }
 
     fn call(&self, params: &RawObject<'_>) -> Handled {
-        let args: Value = params
-            .get("arguments")
-            .and_then(|a| serde_json::from_str(a.get()).ok())
-            .unwrap_or(json!({}));
+        let args: Value = params.get("arguments").and_then(|a| serde_json::from_str(a.get()).ok()).unwrap_or(json!({}));
         let result = match params.get_str("name").as_deref() {
             Some("echo") => {
                 json!({"content": [{"type": "text", "text": args["text"].as_str().unwrap_or("")}]})
             }
             Some("add") => {
-                let (a, b) = (
-                    args["a"].as_i64().unwrap_or(0),
-                    args["b"].as_i64().unwrap_or(0),
-                );
+                let (a, b) = (args["a"].as_i64().unwrap_or(0), args["b"].as_i64().unwrap_or(0));
                 json!({"content": [{"type": "text", "text": (a + b).to_string()}], "structuredContent": {"sum": a + b}})
             }
             Some("link") => {
                 let Some(first) = self.0.docs.first() else {
-                    return Handled::Result(
-                        self.finish(json!({"content": [], "isError": true}), false),
-                    );
+                    return Handled::Result(self.finish(json!({"content": [], "isError": true}), false));
                 };
                 let uri = self.0.spec.uri(&first.path);
                 json!({"content": [
@@ -384,10 +362,7 @@ impl Sample {
         if params.get_str("name").as_deref() != Some("summarize") {
             return Handled::Error(RpcError::new(code::INVALID_PARAMS, "Unknown prompt"));
         }
-        let args: Value = params
-            .get("arguments")
-            .and_then(|a| serde_json::from_str(a.get()).ok())
-            .unwrap_or(json!({}));
+        let args: Value = params.get("arguments").and_then(|a| serde_json::from_str(a.get()).ok()).unwrap_or(json!({}));
         let uri = args["uri"].as_str().unwrap_or_default().to_owned();
         let Some((text, mime)) = self.text_of(&uri) else {
             return Handled::Error(not_found(&uri));
@@ -402,57 +377,31 @@ impl Sample {
     }
 
     fn complete(&self, params: &RawObject<'_>) -> Handled {
-        let arg: Value = params
-            .get("argument")
-            .and_then(|a| serde_json::from_str(a.get()).ok())
-            .unwrap_or(json!({}));
+        let arg: Value = params.get("argument").and_then(|a| serde_json::from_str(a.get()).ok()).unwrap_or(json!({}));
         let prefix = arg["value"].as_str().unwrap_or("");
         let values: Vec<String> = match arg["name"].as_str() {
-            Some("path") => self
-                .0
-                .docs
-                .iter()
-                .map(|d| d.path.clone())
-                .filter(|p| p.starts_with(prefix))
-                .collect(),
-            Some("uri") => self
-                .0
-                .by_uri
-                .keys()
-                .filter(|u| u.starts_with(prefix))
-                .cloned()
-                .collect(),
+            Some("path") => self.0.docs.iter().map(|d| d.path.clone()).filter(|p| p.starts_with(prefix)).collect(),
+            Some("uri") => self.0.by_uri.keys().filter(|u| u.starts_with(prefix)).cloned().collect(),
             _ => Vec::new(),
         };
         let total = values.len();
         let mut values = values;
         values.sort();
         values.truncate(100);
-        Handled::Result(self.finish(
-            json!({"completion": {"values": values, "total": total, "hasMore": total > 100}}),
-            false,
-        ))
+        Handled::Result(
+            self.finish(json!({"completion": {"values": values, "total": total, "hasMore": total > 100}}), false),
+        )
     }
 
     fn listen(&self, params: &RawObject<'_>) -> Handled {
-        let filter: Value = params
-            .get("notifications")
-            .and_then(|n| serde_json::from_str(n.get()).ok())
-            .unwrap_or(Value::Null);
+        let filter: Value =
+            params.get("notifications").and_then(|n| serde_json::from_str(n.get()).ok()).unwrap_or(Value::Null);
         if !filter.is_object() {
-            return Handled::Error(RpcError::new(
-                code::INVALID_PARAMS,
-                "missing notifications filter",
-            ));
+            return Handled::Error(RpcError::new(code::INVALID_PARAMS, "missing notifications filter"));
         }
         let uris: Vec<String> = filter["resourceSubscriptions"]
             .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
-            })
+            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
             .unwrap_or_default();
         let list_changed = filter["resourcesListChanged"].as_bool() == Some(true);
         let mut ack = serde_json::Map::new();
@@ -462,20 +411,56 @@ impl Sample {
         if list_changed {
             ack.insert("resourcesListChanged".into(), json!(true));
         }
-        Handled::Listen(Listen {
-            ack: Value::Object(ack),
-            uris,
-            resources_list_changed: list_changed,
-        })
+        Handled::Listen(Listen { ack: Value::Object(ack), uris, resources_list_changed: list_changed })
     }
 }
 
-/// Decrements the open-listen count when a stream ends.
-pub(super) struct ListenGuard(Sample);
+/// Forgets a listen stream when it ends.
+pub(super) struct ListenGuard(Sample, u64);
 
 impl Drop for ListenGuard {
     fn drop(&mut self) {
         self.0.0.listens_open.fetch_sub(1, Ordering::Relaxed);
+        self.0.0.active.lock().expect("active").remove(&self.1);
+    }
+}
+
+/// What happens on the listen streams.
+#[derive(Debug, Clone)]
+pub enum SampleEvent {
+    Updated(String),
+    ListChanged,
+    End { graceful: bool },
+}
+
+/// What a listen stream does about one event.
+pub enum ListenStep {
+    Skip,
+    Send(String),
+    /// Send this last message, then end the stream.
+    End(String),
+}
+
+impl Listen {
+    /// The step listen `sub_id` (raw JSON id) takes for `event`.
+    pub fn step(&self, sub_id: &str, event: &SampleEvent) -> ListenStep {
+        match event {
+            SampleEvent::Updated(uri) if self.uris.contains(uri) => ListenStep::Send(updated_notification(sub_id, uri)),
+            SampleEvent::ListChanged if self.resources_list_changed => ListenStep::Send(format!(
+                r#"{{"jsonrpc":"2.0","method":"{}","params":{{"_meta":{{"{}":{sub_id}}}}}}}"#,
+                m::RESOURCES_LIST_CHANGED,
+                mcp::META_SUBSCRIPTION_ID
+            )),
+            SampleEvent::End { graceful: true } => ListenStep::End(format!(
+                r#"{{"jsonrpc":"2.0","id":{sub_id},"result":{{"resultType":"complete","_meta":{{"{}":{sub_id}}}}}}}"#,
+                mcp::META_SUBSCRIPTION_ID
+            )),
+            SampleEvent::End { graceful: false } => ListenStep::End(format!(
+                r#"{{"jsonrpc":"2.0","method":"{}","params":{{"requestId":{sub_id},"reason":"server ending the subscription"}}}}"#,
+                m::CANCELLED
+            )),
+            _ => ListenStep::Skip,
+        }
     }
 }
 

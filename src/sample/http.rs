@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::handler::{Handled, Listen, Sample, ack_notification, updated_notification};
+use super::handler::{Handled, Listen, ListenStep, Sample, ack_notification};
 use crate::downstream::validate::{self, Body};
 use crate::error::Error;
 use crate::jsonrpc::{Incoming, RequestId, encode_error, encode_result};
@@ -29,6 +29,7 @@ pub struct SampleHttp {
     pub addr: SocketAddr,
     pub sample: Sample,
     cancel: CancellationToken,
+    accept: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl SampleHttp {
@@ -38,12 +39,8 @@ impl SampleHttp {
         let addr = listener.local_addr()?;
         let cancel = CancellationToken::new();
         sample.start_ticking(cancel.clone());
-        tokio::spawn(accept(listener, sample.clone(), cancel.clone()));
-        Ok(Self {
-            addr,
-            sample,
-            cancel,
-        })
+        let accept = tokio::spawn(accept(listener, sample.clone(), cancel.clone()));
+        Ok(Self { addr, sample, cancel, accept: std::sync::Mutex::new(Some(accept)) })
     }
 
     /// The MCP endpoint URL.
@@ -54,6 +51,15 @@ impl SampleHttp {
     /// Stops listening and drops every open connection (as a crash would).
     pub fn stop(&self) {
         self.cancel.cancel();
+    }
+
+    /// Stops, and returns once the port is free again.
+    pub async fn stop_and_wait(&self) {
+        self.cancel.cancel();
+        let accept = self.accept.lock().expect("accept handle").take();
+        if let Some(task) = accept {
+            let _ = task.await;
+        }
     }
 }
 
@@ -83,11 +89,7 @@ async fn accept(listener: TcpListener, sample: Sample, cancel: CancellationToken
     }
 }
 
-async fn serve(
-    sample: &Sample,
-    req: Request<hyper::body::Incoming>,
-    cancel: CancellationToken,
-) -> Resp {
+async fn serve(sample: &Sample, req: Request<hyper::body::Incoming>, cancel: CancellationToken) -> Resp {
     if req.uri().path() != "/mcp" {
         return status(StatusCode::NOT_FOUND);
     }
@@ -95,11 +97,7 @@ async fn serve(
         return status(StatusCode::METHOD_NOT_ALLOWED);
     }
     let (parts, body) = req.into_parts();
-    let Ok(body) = Limited::new(body, 1 << 20)
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-    else {
+    let Ok(body) = Limited::new(body, 1 << 20).collect().await.map(|b| b.to_bytes()) else {
         return status(StatusCode::PAYLOAD_TOO_LARGE);
     };
     let Ok(text) = std::str::from_utf8(&body) else {
@@ -115,10 +113,7 @@ async fn serve(
         Err(r) => return rejected(r),
     };
     match sample.handle(checked.method, &checked.params).await {
-        Handled::Result(v) => json(
-            StatusCode::OK,
-            encode_result(&checked.id, &serde_json::to_vec(&v).expect("json")),
-        ),
+        Handled::Result(v) => json(StatusCode::OK, encode_result(&checked.id, &serde_json::to_vec(&v).expect("json"))),
         Handled::Error(e) => json(StatusCode::OK, encode_error(Some(&checked.id), &e)),
         Handled::Listen(listen) => listen_stream(sample, checked.id, listen, cancel),
     }
@@ -126,25 +121,16 @@ async fn serve(
 
 /// An SSE response: the acknowledgment, then an update per change of a subscribed URI, with
 /// keep-alive comments; it ends when the client goes away or the server stops.
-fn listen_stream(
-    sample: &Sample,
-    id: RequestId,
-    listen: Listen,
-    cancel: CancellationToken,
-) -> Resp {
+fn listen_stream(sample: &Sample, id: RequestId, listen: Listen, cancel: CancellationToken) -> Resp {
     // Bounded: a client that stops reading stalls only its own stream.
     let (tx, mut rx) = mpsc::channel::<Bytes>(64);
     let mut updates = sample.subscribe_updates();
-    let guard = sample.listen_opened();
+    let guard = sample.listen_opened(&listen);
     let sub_id = id.as_json().to_owned();
     tokio::spawn(async move {
         let _guard = guard;
         let send = |text: String| Bytes::from(format!("data: {text}\n\n"));
-        if tx
-            .send(send(ack_notification(&sub_id, &listen.ack)))
-            .await
-            .is_err()
-        {
+        if tx.send(send(ack_notification(&sub_id, &listen.ack))).await.is_err() {
             return;
         }
         let mut keepalive = tokio::time::interval(Duration::from_secs(15));
@@ -154,8 +140,15 @@ fn listen_stream(
                 _ = tx.closed() => return,
                 _ = keepalive.tick() => Bytes::from_static(b":\n\n"),
                 u = updates.recv() => match u {
-                    Ok(uri) if listen.uris.contains(&uri) => send(updated_notification(&sub_id, &uri)),
-                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Ok(event) => match listen.step(&sub_id, &event) {
+                        ListenStep::Skip => continue,
+                        ListenStep::Send(text) => send(text),
+                        ListenStep::End(text) => {
+                            let _ = tx.send(send(text)).await;
+                            return;
+                        }
+                    },
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(_) => return,
                 },
             };
@@ -165,14 +158,11 @@ fn listen_stream(
         }
     });
     let body = StreamBody::new(futures_util::stream::poll_fn(move |cx| {
-        rx.poll_recv(cx)
-            .map(|o| o.map(|b| Ok::<_, Infallible>(Frame::data(b))))
+        rx.poll_recv(cx).map(|o| o.map(|b| Ok::<_, Infallible>(Frame::data(b))))
     }));
     let mut resp = Response::new(BodyExt::boxed(body));
-    resp.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    resp.headers_mut()
-        .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    resp.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
     resp
 }
 
@@ -184,8 +174,7 @@ fn rejected(r: validate::Rejected) -> Resp {
 fn json(code: StatusCode, body: Bytes) -> Resp {
     let mut resp = Response::new(Full::new(body).boxed());
     *resp.status_mut() = code;
-    resp.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
 }
 

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, LinesCodec};
 use tokio_util::sync::CancellationToken;
 
-use super::handler::{Handled, Sample, ack_notification, updated_notification};
+use super::handler::{Handled, ListenStep, Sample, ack_notification};
 use crate::jsonrpc::{Incoming, Kind, RawObject, RpcError, code, encode_error, encode_result};
 use crate::mcp;
 
@@ -22,9 +22,7 @@ pub async fn serve_stdio(sample: Sample) -> std::io::Result<()> {
     let writer = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
         while let Some(line) = out_rx.recv().await {
-            if stdout.write_all(line.as_bytes()).await.is_err()
-                || stdout.write_all(b"\n").await.is_err()
-            {
+            if stdout.write_all(line.as_bytes()).await.is_err() || stdout.write_all(b"\n").await.is_err() {
                 break;
             }
             if out_rx.is_empty() && stdout.flush().await.is_err() {
@@ -39,9 +37,7 @@ pub async fn serve_stdio(sample: Sample) -> std::io::Result<()> {
         let msg = match Incoming::parse(&line) {
             Ok(m) => m,
             Err(e) => {
-                let _ = out
-                    .send(String::from_utf8_lossy(&encode_error(e.id(), &e.to_rpc())).into_owned())
-                    .await;
+                let _ = out.send(String::from_utf8_lossy(&encode_error(e.id(), &e.to_rpc())).into_owned()).await;
                 continue;
             }
         };
@@ -60,10 +56,7 @@ pub async fn serve_stdio(sample: Sample) -> std::io::Result<()> {
             Kind::Request => {
                 let id = msg.id.clone().expect("requests have ids");
                 let method = msg.method().to_owned();
-                let params = msg
-                    .params
-                    .map(|p| p.get().to_owned())
-                    .unwrap_or_else(|| "{}".into());
+                let params = msg.params.map(|p| p.get().to_owned()).unwrap_or_else(|| "{}".into());
                 let sample = sample.clone();
                 let out = out.clone();
                 let listens = listens.clone();
@@ -74,12 +67,12 @@ pub async fn serve_stdio(sample: Sample) -> std::io::Result<()> {
                     let version = obj
                         .get("_meta")
                         .and_then(|m| RawObject::parse(m).ok())
-                        .and_then(|m| {
-                            m.get_str(mcp::META_PROTOCOL_VERSION)
-                                .map(|v| v.into_owned())
-                        });
+                        .and_then(|m| m.get_str(mcp::META_PROTOCOL_VERSION).map(|v| v.into_owned()));
                     let reply = match version.as_deref() {
-                        None => encode_error(Some(&id), &RpcError::new(code::INVALID_PARAMS, "missing _meta protocolVersion")),
+                        None => encode_error(
+                            Some(&id),
+                            &RpcError::new(code::INVALID_PARAMS, "missing _meta protocolVersion"),
+                        ),
                         Some(v) if v != mcp::MODERN_VERSION => encode_error(
                             Some(&id),
                             &RpcError::new(code::UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version")
@@ -92,7 +85,7 @@ pub async fn serve_stdio(sample: Sample) -> std::io::Result<()> {
                                 let token = CancellationToken::new();
                                 listens.lock().expect("listens").insert(id.as_json().to_owned(), token.clone());
                                 let sub = id.as_json().to_owned();
-                                let _guard = sample.listen_opened();
+                                let _guard = sample.listen_opened(&listen);
                                 let mut updates = sample.subscribe_updates();
                                 if out.send(ack_notification(&sub, &listen.ack)).await.is_err() {
                                     return;
@@ -101,10 +94,18 @@ pub async fn serve_stdio(sample: Sample) -> std::io::Result<()> {
                                     tokio::select! {
                                         _ = token.cancelled() => return,
                                         u = updates.recv() => match u {
-                                            Ok(uri) if listen.uris.contains(&uri) => {
-                                                if out.send(updated_notification(&sub, &uri)).await.is_err() { return }
-                                            }
-                                            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                                            Ok(event) => match listen.step(&sub, &event) {
+                                                ListenStep::Skip => {}
+                                                ListenStep::Send(text) => {
+                                                    if out.send(text).await.is_err() { return }
+                                                }
+                                                ListenStep::End(text) => {
+                                                    listens.lock().expect("listens").remove(&sub);
+                                                    let _ = out.send(text).await;
+                                                    return;
+                                                }
+                                            },
+                                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
                                             Err(_) => return,
                                         },
                                     }

@@ -13,11 +13,7 @@ pub struct Backoff {
 
 impl Backoff {
     pub fn new(base: Duration, max: Duration) -> Self {
-        Self {
-            base,
-            max: max.max(base),
-            attempt: 0,
-        }
+        Self { base, max: max.max(base), attempt: 0 }
     }
 
     /// The next delay.

@@ -27,32 +27,18 @@ impl UpstreamInfo {
     /// Parses a `DiscoverResult`.
     pub fn from_result(result: &[u8]) -> Result<Self, String> {
         let v: Value = serde_json::from_slice(result).map_err(|e| e.to_string())?;
-        let capabilities = v
-            .get("capabilities")
-            .cloned()
-            .unwrap_or_else(|| Value::Object(Default::default()));
+        let capabilities = v.get("capabilities").cloned().unwrap_or_else(|| Value::Object(Default::default()));
         if !capabilities.is_object() {
             return Err("capabilities is not an object".into());
         }
         Ok(Self {
             capabilities,
-            server_info: v
-                .pointer("/_meta")
-                .and_then(|m| m.get(mcp::META_SERVER_INFO))
-                .cloned(),
-            instructions: v
-                .get("instructions")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
+            server_info: v.pointer("/_meta").and_then(|m| m.get(mcp::META_SERVER_INFO)).cloned(),
+            instructions: v.get("instructions").and_then(Value::as_str).map(str::to_owned),
             supported_versions: v
                 .get("supportedVersions")
                 .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
+                .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
                 .unwrap_or_default(),
         })
     }
@@ -64,11 +50,7 @@ impl UpstreamInfo {
 
     /// Whether `capabilities[name][flag]` is `true`.
     pub fn flag(&self, name: &str, flag: &str) -> bool {
-        self.capabilities
-            .get(name)
-            .and_then(|c| c.get(flag))
-            .and_then(Value::as_bool)
-            == Some(true)
+        self.capabilities.get(name).and_then(|c| c.get(flag)).and_then(Value::as_bool) == Some(true)
     }
 }
 

@@ -23,9 +23,7 @@ pub fn client() -> HttpClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(std::time::Duration::from_secs(10)));
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(std::time::Duration::from_secs(60))
-        .build(connector)
+    Client::builder(TokioExecutor::new()).pool_idle_timeout(std::time::Duration::from_secs(60)).build(connector)
 }
 
 /// One Streamable HTTP upstream endpoint.
@@ -39,6 +37,12 @@ pub struct HttpTransport {
     max_message: usize,
 }
 
+/// The answer to a POST: a decoded reply, or an SSE stream left for the caller to read.
+pub enum Opened {
+    Reply(Reply),
+    Stream(hyper::body::Incoming),
+}
+
 /// What to put in the mirrored headers of one request.
 pub struct Mirrored<'a> {
     pub method: &'a str,
@@ -47,75 +51,47 @@ pub struct Mirrored<'a> {
 }
 
 impl HttpTransport {
-    pub fn new(
-        name: String,
-        client: HttpClient,
-        uri: Uri,
-        headers: HeaderMap,
-        max_message: usize,
-    ) -> Self {
-        Self {
-            name,
-            client,
-            uri,
-            headers,
-            max_message,
-        }
+    pub fn new(name: String, client: HttpClient, uri: Uri, headers: HeaderMap, max_message: usize) -> Self {
+        Self { name, client, uri, headers, max_message }
     }
 
     fn err_unavailable(&self, reason: impl ToString) -> UpstreamError {
-        UpstreamError::Unavailable {
-            upstream: self.name.clone(),
-            reason: reason.to_string(),
-        }
+        UpstreamError::Unavailable { upstream: self.name.clone(), reason: reason.to_string() }
     }
 
     fn err_protocol(&self, reason: impl ToString) -> UpstreamError {
-        UpstreamError::Protocol {
-            upstream: self.name.clone(),
-            reason: reason.to_string(),
-        }
+        UpstreamError::Protocol { upstream: self.name.clone(), reason: reason.to_string() }
     }
 
     fn err_disconnected(&self, reason: impl ToString) -> UpstreamError {
-        UpstreamError::Disconnected {
-            upstream: self.name.clone(),
-            reason: reason.to_string(),
-        }
+        UpstreamError::Disconnected { upstream: self.name.clone(), reason: reason.to_string() }
     }
 
     /// Sends one request and waits for its response.
-    pub async fn exchange(
-        &self,
-        id: &str,
-        body: Bytes,
-        mirrored: &Mirrored<'_>,
-    ) -> Result<Reply, UpstreamError> {
-        let mut req = Request::builder()
-            .method(Method::POST)
-            .uri(self.uri.clone());
+    pub async fn exchange(&self, id: &str, body: Bytes, mirrored: &Mirrored<'_>) -> Result<Reply, UpstreamError> {
+        match self.open(id, body, mirrored).await? {
+            Opened::Reply(reply) => Ok(reply),
+            Opened::Stream(body) => self.read_sse(id, body).await,
+        }
+    }
+
+    /// Sends one request; an SSE answer is handed back unread (listen streams), any other
+    /// answer is read and decoded.
+    pub async fn open(&self, id: &str, body: Bytes, mirrored: &Mirrored<'_>) -> Result<Opened, UpstreamError> {
+        let mut req = Request::builder().method(Method::POST).uri(self.uri.clone());
         let h = req.headers_mut().expect("builder is valid");
         h.extend(self.headers.clone());
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        h.insert(
-            ACCEPT,
-            HeaderValue::from_static("application/json, text/event-stream"),
-        );
+        h.insert(ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
         h.insert(mcp::H_PROTOCOL_VERSION, header(mirrored.version));
         h.insert(mcp::H_METHOD, header(mirrored.method));
         if let Some(name) = mirrored.name {
             h.insert(mcp::H_NAME, header(&header_value::encode(name)));
         }
-        let req = req
-            .body(Full::new(body))
-            .map_err(|e| self.err_protocol(e))?;
+        let req = req.body(Full::new(body)).map_err(|e| self.err_protocol(e))?;
         let resp = self.client.request(req).await.map_err(|e| {
             // A connect error never reached the upstream; anything else may have.
-            if e.is_connect() {
-                self.err_unavailable(e)
-            } else {
-                self.err_disconnected(e)
-            }
+            if e.is_connect() { self.err_unavailable(e) } else { self.err_disconnected(e) }
         })?;
         let status = resp.status();
         let is_sse = resp
@@ -124,29 +100,25 @@ impl HttpTransport {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if is_sse && status.is_success() {
-            return self.read_sse(id, resp.into_body()).await;
+            return Ok(Opened::Stream(resp.into_body()));
         }
         let body = Limited::new(resp.into_body(), self.max_message)
             .collect()
             .await
             .map_err(|e| {
                 if e.is::<http_body_util::LengthLimitError>() {
-                    UpstreamError::TooLarge {
-                        upstream: self.name.clone(),
-                        limit: self.max_message,
-                    }
+                    UpstreamError::TooLarge { upstream: self.name.clone(), limit: self.max_message }
                 } else {
                     self.err_disconnected(e)
                 }
             })?
             .to_bytes();
         match Reply::decode(&body, Some(id)) {
-            Ok(reply) => Ok(reply),
+            Ok(reply) => Ok(Opened::Reply(reply)),
             // A non-2xx without a JSON-RPC body is an HTTP failure, not a protocol answer.
-            Err(_) if !status.is_success() => Err(UpstreamError::Status {
-                upstream: self.name.clone(),
-                status: status.as_u16(),
-            }),
+            Err(_) if !status.is_success() => {
+                Err(UpstreamError::Status { upstream: self.name.clone(), status: status.as_u16() })
+            }
             Err(reason) if status == StatusCode::ACCEPTED => {
                 Err(self.err_protocol(format!("202 with no response to a request ({reason})")))
             }
@@ -154,11 +126,12 @@ impl HttpTransport {
         }
     }
 
-    async fn read_sse(
-        &self,
-        id: &str,
-        mut body: hyper::body::Incoming,
-    ) -> Result<Reply, UpstreamError> {
+    /// The largest message accepted.
+    pub fn max_message(&self) -> usize {
+        self.max_message
+    }
+
+    async fn read_sse(&self, id: &str, mut body: hyper::body::Incoming) -> Result<Reply, UpstreamError> {
         let mut decoder = SseDecoder::new(self.max_message);
         loop {
             let frame = match body.frame().await {
@@ -170,10 +143,10 @@ impl HttpTransport {
                 continue;
             };
             decoder.push(&data);
-            while let Some(event) = decoder.next_event().map_err(|e| UpstreamError::TooLarge {
-                upstream: self.name.clone(),
-                limit: e.limit,
-            })? {
+            while let Some(event) = decoder
+                .next_event()
+                .map_err(|e| UpstreamError::TooLarge { upstream: self.name.clone(), limit: e.limit })?
+            {
                 let message = Bytes::from(event.data);
                 if let Ok(reply) = Reply::decode(&message, Some(id)) {
                     return Ok(reply);

@@ -25,17 +25,13 @@ impl Reply {
         if let (Some(want), Some(got)) = (expect_id, &msg.id)
             && got.as_json() != want
         {
-            return Err(format!(
-                "response id {got} does not match request id {want}"
-            ));
+            return Err(format!("response id {got} does not match request id {want}"));
         }
         if let Some(result) = msg.result {
             return Ok(Reply::Result(message.slice_ref(result.get().as_bytes())));
         }
         let error = msg.error.ok_or("response without result or error")?;
-        serde_json::from_str(error.get())
-            .map(Reply::Error)
-            .map_err(|e| format!("malformed error object: {e}"))
+        serde_json::from_str(error.get()).map(Reply::Error).map_err(|e| format!("malformed error object: {e}"))
     }
 }
 
@@ -51,9 +47,7 @@ mod tests {
             Reply::Error(_) => panic!(),
         }
         assert!(Reply::decode(&body, Some("4")).is_err());
-        let err = Bytes::from_static(
-            br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32602,"message":"nf"}}"#,
-        );
+        let err = Bytes::from_static(br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32602,"message":"nf"}}"#);
         assert!(matches!(Reply::decode(&err, None).unwrap(), Reply::Error(e) if e.code == -32602));
     }
 }

@@ -36,14 +36,7 @@ pub struct SseDecoder {
 impl SseDecoder {
     /// A decoder that refuses events larger than `limit` bytes.
     pub fn new(limit: usize) -> Self {
-        Self {
-            buf: BytesMut::new(),
-            scanned: 0,
-            pending: SseEvent::default(),
-            has_data: false,
-            pending_size: 0,
-            limit,
-        }
+        Self { buf: BytesMut::new(), scanned: 0, pending: SseEvent::default(), has_data: false, pending_size: 0, limit }
     }
 
     /// Appends received bytes.
@@ -54,10 +47,7 @@ impl SseDecoder {
     /// The next complete event, if the buffered bytes hold one.
     pub fn next_event(&mut self) -> Result<Option<SseEvent>, EventTooLarge> {
         loop {
-            let Some(end) = self.buf[self.scanned..]
-                .iter()
-                .position(|b| *b == b'\n' || *b == b'\r')
-            else {
+            let Some(end) = self.buf[self.scanned..].iter().position(|b| *b == b'\n' || *b == b'\r') else {
                 self.scanned = self.buf.len();
                 if self.buf.len() + self.pending_size > self.limit {
                     return Err(EventTooLarge { limit: self.limit });
@@ -70,11 +60,7 @@ impl SseDecoder {
                 self.scanned = end;
                 return Ok(None);
             }
-            let skip = if self.buf[end] == b'\r' && self.buf[end + 1] == b'\n' {
-                2
-            } else {
-                1
-            };
+            let skip = if self.buf[end] == b'\r' && self.buf[end + 1] == b'\n' { 2 } else { 1 };
             let line = self.buf.split_to(end);
             self.buf.advance(skip);
             self.scanned = 0;
@@ -84,10 +70,7 @@ impl SseDecoder {
                     self.pending_size = 0;
                     return Ok(Some(std::mem::take(&mut self.pending)));
                 }
-                self.pending = SseEvent {
-                    id: self.pending.id.take(),
-                    ..Default::default()
-                };
+                self.pending = SseEvent { id: self.pending.id.take(), ..Default::default() };
                 continue;
             }
             self.pending_size += line.len();
@@ -144,17 +127,12 @@ mod tests {
 
     #[test]
     fn events_comments_and_crlf() {
-        let evs = all(&[b": keep-alive\r\n\r\nevent: message\r\ndata: {\"a\":1}\r\n\r\nid: 7\nretry: 500\ndata: x\ndata: y\n\n"]);
+        let evs = all(&[
+            b": keep-alive\r\n\r\nevent: message\r\ndata: {\"a\":1}\r\n\r\nid: 7\nretry: 500\ndata: x\ndata: y\n\n",
+        ]);
         assert_eq!(evs.len(), 2);
         assert_eq!(evs[0].data, "{\"a\":1}");
-        assert_eq!(
-            evs[1],
-            SseEvent {
-                data: "x\ny".into(),
-                id: Some("7".into()),
-                retry: Some(500)
-            }
-        );
+        assert_eq!(evs[1], SseEvent { data: "x\ny".into(), id: Some("7".into()), retry: Some(500) });
     }
 
     #[test]

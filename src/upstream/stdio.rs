@@ -45,6 +45,10 @@ struct Conn {
     /// upstream of here bounds how many can wait).
     tx: mpsc::Sender<Bytes>,
     pending: Mutex<HashMap<Box<str>, oneshot::Sender<Bytes>>>,
+    /// Open listens by id: their notifications and final response go here. Bounded; a listen
+    /// whose consumer falls `LISTEN_QUEUE` messages behind is dropped (and re-opened with a
+    /// resync by its owner) rather than stalling the reader for every other request.
+    listens: Mutex<HashMap<Box<str>, mpsc::Sender<Bytes>>>,
     closed: CancellationToken,
 }
 
@@ -57,6 +61,8 @@ pub struct StdioTransport {
 
 /// Number of queued stdin lines per process before writers wait.
 const WRITE_QUEUE: usize = 1024;
+/// Messages buffered per open listen before it counts as overflowing.
+const LISTEN_QUEUE: usize = 256;
 /// A process that ran this long before exiting restarts with the shortest backoff again.
 const HEALTHY_RUN: Duration = Duration::from_secs(30);
 /// How long a process gets to exit after its stdin closes before it is killed.
@@ -98,40 +104,44 @@ impl StdioTransport {
             Err(_) => return Err(self.unavailable("supervisor stopped")),
         };
         let (reply_tx, reply_rx) = oneshot::channel();
-        conn.pending
-            .lock()
-            .expect("pending lock")
-            .insert(id.into(), reply_tx);
-        let mut guard = PendingGuard {
-            conn: &conn,
-            id,
-            done: false,
-        };
+        conn.pending.lock().expect("pending lock").insert(id.into(), reply_tx);
+        let mut guard = PendingGuard { conn: &conn, id, done: false };
         if conn.tx.send(line).await.is_err() {
             return Err(self.disconnected("process stdin closed"));
         }
-        let message = reply_rx
-            .await
-            .map_err(|_| self.disconnected("process exited"))?;
+        let message = reply_rx.await.map_err(|_| self.disconnected("process exited"))?;
         guard.done = true;
-        Reply::decode(&message, Some(id)).map_err(|reason| UpstreamError::Protocol {
-            upstream: self.name.clone(),
-            reason,
-        })
+        Reply::decode(&message, Some(id))
+            .map_err(|reason| UpstreamError::Protocol { upstream: self.name.clone(), reason })
+    }
+
+    /// Sends a `subscriptions/listen` line; its messages arrive on the returned channel until
+    /// the guard is dropped (which cancels it upstream) or the process exits (channel closes).
+    pub async fn open_listen(
+        &self,
+        id: &str,
+        line: Bytes,
+    ) -> Result<(mpsc::Receiver<Bytes>, ListenGuard), UpstreamError> {
+        let mut rx = self.conn.clone();
+        let conn = match rx.wait_for(|c| c.is_some()).await {
+            Ok(c) => c.clone().expect("waited for Some"),
+            Err(_) => return Err(self.unavailable("supervisor stopped")),
+        };
+        let (tx, messages) = mpsc::channel(LISTEN_QUEUE);
+        conn.listens.lock().expect("listens lock").insert(id.into(), tx);
+        let guard = ListenGuard { conn, id: id.into() };
+        if guard.conn.tx.send(line).await.is_err() {
+            return Err(self.disconnected("process stdin closed"));
+        }
+        Ok((messages, guard))
     }
 
     fn unavailable(&self, reason: &str) -> UpstreamError {
-        UpstreamError::Unavailable {
-            upstream: self.name.clone(),
-            reason: reason.into(),
-        }
+        UpstreamError::Unavailable { upstream: self.name.clone(), reason: reason.into() }
     }
 
     fn disconnected(&self, reason: &str) -> UpstreamError {
-        UpstreamError::Disconnected {
-            upstream: self.name.clone(),
-            reason: reason.into(),
-        }
+        UpstreamError::Disconnected { upstream: self.name.clone(), reason: reason.into() }
     }
 }
 
@@ -147,32 +157,32 @@ impl Drop for PendingGuard<'_> {
         if self.done {
             return;
         }
-        let removed = self
-            .conn
-            .pending
-            .lock()
-            .expect("pending lock")
-            .remove(self.id)
-            .is_some();
+        let removed = self.conn.pending.lock().expect("pending lock").remove(self.id).is_some();
         if removed {
-            let params = format!(
-                r#"{{"requestId":{},"reason":"cancelled downstream"}}"#,
-                self.id
-            );
+            let params = format!(r#"{{"requestId":{},"reason":"cancelled downstream"}}"#, self.id);
             // Best effort: a full queue means the process is already far behind.
-            let _ = self.conn.tx.try_send(encode_notification(
-                crate::mcp::method::CANCELLED,
-                params.as_bytes(),
-            ));
+            let _ = self.conn.tx.try_send(encode_notification(crate::mcp::method::CANCELLED, params.as_bytes()));
         }
     }
 }
 
-async fn supervise(
-    spec: StdioSpec,
-    publish: watch::Sender<Option<Arc<Conn>>>,
-    cancel: CancellationToken,
-) {
+/// Cancels a stdio listen when dropped.
+pub struct ListenGuard {
+    conn: Arc<Conn>,
+    id: Box<str>,
+}
+
+impl Drop for ListenGuard {
+    fn drop(&mut self) {
+        let open = self.conn.listens.lock().expect("listens lock").remove(&self.id).is_some();
+        if open {
+            let params = format!(r#"{{"requestId":{},"reason":"listen closed"}}"#, self.id);
+            let _ = self.conn.tx.try_send(encode_notification(crate::mcp::method::CANCELLED, params.as_bytes()));
+        }
+    }
+}
+
+async fn supervise(spec: StdioSpec, publish: watch::Sender<Option<Arc<Conn>>>, cancel: CancellationToken) {
     let mut backoff = Backoff::new(Duration::from_millis(100), spec.backoff_max);
     let mut generation = 0;
     while !cancel.is_cancelled() {
@@ -228,8 +238,7 @@ async fn run(
     publish: &watch::Sender<Option<Arc<Conn>>>,
     cancel: &CancellationToken,
 ) {
-    let (Some(mut stdin), Some(stdout), Some(stderr)) =
-        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    let (Some(mut stdin), Some(stdout), Some(stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
         tracing::error!(upstream = %spec.name, "stdio pipes missing");
         return;
@@ -239,6 +248,7 @@ async fn run(
         generation,
         tx,
         pending: Mutex::new(HashMap::new()),
+        listens: Mutex::new(HashMap::new()),
         closed: CancellationToken::new(),
     });
     let closed = conn.closed.clone();
@@ -287,6 +297,7 @@ async fn run(
     publish.send_replace(None);
     conn.closed.cancel();
     conn.pending.lock().expect("pending lock").clear();
+    conn.listens.lock().expect("listens lock").clear();
     let _ = writer.await;
     let status = match tokio::time::timeout(EXIT_GRACE, child.wait()).await {
         Ok(status) => status,
@@ -314,11 +325,7 @@ fn on_line(name: &str, conn: &Conn, line: Bytes) {
     match msg.kind {
         Kind::Response => {
             let Some(id) = msg.id.as_ref() else { return };
-            let slot = conn
-                .pending
-                .lock()
-                .expect("pending lock")
-                .remove(id.as_json());
+            let slot = conn.pending.lock().expect("pending lock").remove(id.as_json());
             match slot {
                 Some(tx) => {
                     let _ = tx.send(line.clone());
@@ -331,10 +338,7 @@ fn on_line(name: &str, conn: &Conn, line: Bytes) {
         }
         Kind::Request => {
             // Modern servers send no requests; refuse rather than leave the server waiting.
-            let err = RpcError::new(
-                code::METHOD_NOT_FOUND,
-                "the proxy does not serve requests from upstreams",
-            );
+            let err = RpcError::new(code::METHOD_NOT_FOUND, "the proxy does not serve requests from upstreams");
             let _ = conn.tx.try_send(encode_error(msg.id.as_ref(), &err));
         }
     }

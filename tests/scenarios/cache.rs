@@ -42,20 +42,12 @@ async fn a_public_entry_is_shared_across_principals() {
 #[tokio::test]
 async fn a_hit_answers_with_the_remaining_ttl_and_the_callers_id() {
     let (p, _up) = proxy_with(SampleSpec::generated("docs", 5), |_| {}).await;
-    p.client
-        .request("resources/read", read("docs://item/2"))
-        .await
-        .result();
+    p.client.request("resources/read", read("docs://item/2")).await.result();
     let client = p.client.clone();
     let ttl = eventually("the remaining TTL drops below the original", || {
         let client = client.clone();
         async move {
-            let ttl = client
-                .request("resources/read", read("docs://item/2"))
-                .await
-                .result()["ttlMs"]
-                .as_u64()
-                .unwrap();
+            let ttl = client.request("resources/read", read("docs://item/2")).await.result()["ttlMs"].as_u64().unwrap();
             (ttl < 60_000).then_some(ttl)
         }
     })
@@ -69,10 +61,7 @@ async fn a_hit_answers_with_the_remaining_ttl_and_the_callers_id() {
         ("mcp-method", "resources/read".to_string()),
         ("mcp-name", "docs://item/2".to_string()),
     ];
-    let ex = p
-        .client
-        .raw("POST", &headers, body.to_string().into_bytes())
-        .await;
+    let ex = p.client.raw("POST", &headers, body.to_string().into_bytes()).await;
     assert_eq!(ex.cache(), "hit");
     assert_eq!(ex.json()["id"], "req-α");
 }
@@ -83,10 +72,7 @@ async fn private_entries_stay_with_their_principal() {
     let alice = p.client.as_principal("alice");
     let bob = p.client.as_principal("bob");
     let a1 = alice.request("resources/read", read("docs://me")).await;
-    assert_eq!(
-        (a1.cache(), a1.result()["cacheScope"].as_str()),
-        ("miss", Some("private"))
-    );
+    assert_eq!((a1.cache(), a1.result()["cacheScope"].as_str()), ("miss", Some("private")));
     let b1 = bob.request("resources/read", read("docs://me")).await;
     assert_eq!(b1.cache(), "miss", "bob must not get alice's private entry");
     assert!(b1.text().ends_with("for bob"));
@@ -132,18 +118,11 @@ proptest! {
 
 #[tokio::test]
 async fn a_thousand_concurrent_misses_make_one_upstream_read() {
-    let spec = SampleSpec {
-        delay: Duration::from_millis(300),
-        ..SampleSpec::generated("docs", 3)
-    };
+    let spec = SampleSpec { delay: Duration::from_millis(300), ..SampleSpec::generated("docs", 3) };
     let (p, up) = proxy_with(spec, |_| {}).await;
     let reads = (0..1000).map(|_| {
         let client = p.client.clone();
-        async move {
-            client
-                .request("resources/read", read("docs://item/0"))
-                .await
-        }
+        async move { client.request("resources/read", read("docs://item/0")).await }
     });
     let answers = join_all(reads).await;
     assert_eq!(up.sample.count("resources/read"), 1);
@@ -153,24 +132,16 @@ async fn a_thousand_concurrent_misses_make_one_upstream_read() {
 
 #[tokio::test]
 async fn stale_entries_are_served_inside_the_window_when_the_upstream_is_gone() {
-    let spec = SampleSpec {
-        ttl_ms: 200,
-        ..SampleSpec::generated("docs", 3)
-    };
+    let spec = SampleSpec { ttl_ms: 200, ..SampleSpec::generated("docs", 3) };
     let (p, up) = proxy_with(spec, |c| c.cache.stale_if_error = Duration::from_secs(60)).await;
-    let fresh = p
-        .client
-        .request("resources/read", read("docs://item/1"))
-        .await;
+    let fresh = p.client.request("resources/read", read("docs://item/1")).await;
     assert_eq!(fresh.cache(), "miss");
     up.stop();
     let client = p.client.clone();
     let stale = eventually("the expired entry is served stale", || {
         let client = client.clone();
         async move {
-            let ex = client
-                .request("resources/read", read("docs://item/1"))
-                .await;
+            let ex = client.request("resources/read", read("docs://item/1")).await;
             (ex.cache() == "stale").then_some(ex)
         }
     })
@@ -178,41 +149,24 @@ async fn stale_entries_are_served_inside_the_window_when_the_upstream_is_gone() 
     assert_eq!(stale.status, 200);
     assert_eq!(stale.text(), fresh.text());
     // A resource never fetched has nothing stale to offer.
-    let ex = p
-        .client
-        .request("resources/read", read("docs://item/2"))
-        .await;
+    let ex = p.client.request("resources/read", read("docs://item/2")).await;
     assert_eq!(ex.status, 502);
 }
 
 #[tokio::test]
 async fn outside_the_stale_window_the_error_comes_through() {
-    let spec = SampleSpec {
-        ttl_ms: 100,
-        ..SampleSpec::generated("docs", 3)
-    };
-    let (p, up) = proxy_with(spec, |c| {
-        c.cache.stale_if_error = Duration::from_millis(200)
-    })
-    .await;
-    p.client
-        .request("resources/read", read("docs://item/1"))
-        .await
-        .result();
+    let spec = SampleSpec { ttl_ms: 100, ..SampleSpec::generated("docs", 3) };
+    let (p, up) = proxy_with(spec, |c| c.cache.stale_if_error = Duration::from_millis(200)).await;
+    p.client.request("resources/read", read("docs://item/1")).await.result();
     up.stop();
     let client = p.client.clone();
-    eventually(
-        "past ttl + stale window the upstream error is returned",
-        || {
-            let client = client.clone();
-            async move {
-                let ex = client
-                    .request("resources/read", read("docs://item/1"))
-                    .await;
-                (ex.status == 502 && ex.json()["error"]["data"]["side"] == "upstream").then_some(())
-            }
-        },
-    )
+    eventually("past ttl + stale window the upstream error is returned", || {
+        let client = client.clone();
+        async move {
+            let ex = client.request("resources/read", read("docs://item/1")).await;
+            (ex.status == 502 && ex.json()["error"]["data"]["side"] == "upstream").then_some(())
+        }
+    })
     .await;
 }
 
@@ -220,10 +174,7 @@ async fn outside_the_stale_window_the_error_comes_through() {
 async fn mrtr_results_and_retries_are_never_cached() {
     let (p, up) = proxy_with(SampleSpec::generated("docs", 1), |_| {}).await;
     for n in 1..=2 {
-        let ex = p
-            .client
-            .request("resources/read", read("docs://secret"))
-            .await;
+        let ex = p.client.request("resources/read", read("docs://secret")).await;
         assert_eq!(ex.result()["resultType"], "input_required");
         assert_ne!(ex.cache(), "hit");
         assert_eq!(up.sample.count("resources/read"), n);
@@ -242,10 +193,7 @@ async fn mrtr_results_and_retries_are_never_cached() {
 async fn not_found_is_cached_briefly_as_a_negative_entry() {
     let (p, up) = proxy_with(SampleSpec::generated("docs", 1), |_| {}).await;
     for _ in 0..3 {
-        let ex = p
-            .client
-            .request("resources/read", read("docs://nope"))
-            .await;
+        let ex = p.client.request("resources/read", read("docs://nope")).await;
         assert_eq!(ex.error_code(), -32602);
         assert_eq!(ex.json()["error"]["data"]["uri"], "docs://nope");
     }
@@ -254,19 +202,10 @@ async fn not_found_is_cached_briefly_as_a_negative_entry() {
 
 #[tokio::test]
 async fn an_entry_over_max_entry_bytes_is_passed_through_not_stored() {
-    let spec = SampleSpec {
-        profile: Profile::Generated {
-            count: 2,
-            size: 4000,
-        },
-        ..SampleSpec::generated("docs", 2)
-    };
+    let spec = SampleSpec { profile: Profile::Generated { count: 2, size: 4000 }, ..SampleSpec::generated("docs", 2) };
     let (p, up) = proxy_with(spec, |c| c.cache.max_entry_bytes = 2000).await;
     for _ in 0..2 {
-        let ex = p
-            .client
-            .request("resources/read", read("docs://item/0"))
-            .await;
+        let ex = p.client.request("resources/read", read("docs://item/0")).await;
         assert_eq!(ex.cache(), "miss");
         assert_eq!(ex.text().len(), 4000);
     }
@@ -275,13 +214,8 @@ async fn an_entry_over_max_entry_bytes_is_passed_through_not_stored() {
 
 #[tokio::test]
 async fn filling_past_max_bytes_keeps_the_weighted_size_within_the_bound() {
-    let spec = SampleSpec {
-        profile: Profile::Generated {
-            count: 300,
-            size: 1024,
-        },
-        ..SampleSpec::generated("docs", 300)
-    };
+    let spec =
+        SampleSpec { profile: Profile::Generated { count: 300, size: 1024 }, ..SampleSpec::generated("docs", 300) };
     let max = 64 * 1024;
     let (p, _up) = proxy_with(spec, |c| {
         c.cache.max_bytes = max;
@@ -289,10 +223,7 @@ async fn filling_past_max_bytes_keeps_the_weighted_size_within_the_bound() {
     })
     .await;
     for i in 0..300 {
-        p.client
-            .request("resources/read", read(&format!("docs://item/{i}")))
-            .await
-            .result();
+        p.client.request("resources/read", read(&format!("docs://item/{i}"))).await.result();
     }
     let cache = p.app.router().cache();
     let (size, entries) = (cache.weighted_size(), cache.entry_count());
@@ -302,49 +233,22 @@ async fn filling_past_max_bytes_keeps_the_weighted_size_within_the_bound() {
 
 #[tokio::test]
 async fn list_pages_are_cached_per_upstream_page() {
-    let a = sample_http(SampleSpec {
-        page_size: 4,
-        ..SampleSpec::generated("a", 10)
-    })
-    .await;
-    let b = sample_http(SampleSpec {
-        page_size: 4,
-        ..SampleSpec::generated("b", 3)
-    })
-    .await;
-    let p = Proxy::start(config(vec![
-        UpstreamConfig::http("a", &a.url()),
-        UpstreamConfig::http("b", &b.url()),
-    ]))
-    .await;
+    let a = sample_http(SampleSpec { page_size: 4, ..SampleSpec::generated("a", 10) }).await;
+    let b = sample_http(SampleSpec { page_size: 4, ..SampleSpec::generated("b", 3) }).await;
+    let p = Proxy::start(config(vec![UpstreamConfig::http("a", &a.url()), UpstreamConfig::http("b", &b.url())])).await;
     let (first, _) = p.client.list_all("resources/list", "resources").await;
     let (second, _) = p.client.list_all("resources/list", "resources").await;
     assert_eq!(first, second);
-    assert_eq!(
-        (
-            a.sample.count("resources/list"),
-            b.sample.count("resources/list")
-        ),
-        (3, 1)
-    );
+    assert_eq!((a.sample.count("resources/list"), b.sample.count("resources/list")), (3, 1));
     let hit = p.client.request("resources/list", json!({})).await;
     assert_eq!(hit.cache(), "hit");
 }
 
 #[tokio::test]
 async fn an_upstream_with_cache_off_is_bypassed() {
-    let (p, up) = proxy_with(SampleSpec::generated("docs", 2), |c| {
-        c.upstreams[0].cache = false
-    })
-    .await;
+    let (p, up) = proxy_with(SampleSpec::generated("docs", 2), |c| c.upstreams[0].cache = false).await;
     for _ in 0..2 {
-        assert_eq!(
-            p.client
-                .request("resources/read", read("docs://item/0"))
-                .await
-                .cache(),
-            "bypass"
-        );
+        assert_eq!(p.client.request("resources/read", read("docs://item/0")).await.cache(), "bypass");
     }
     assert_eq!(up.sample.count("resources/read"), 2);
 }

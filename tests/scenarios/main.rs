@@ -4,6 +4,7 @@
 mod support;
 
 mod cache;
+mod listen;
 mod merge;
 mod namespace;
 mod rmcp_interop;

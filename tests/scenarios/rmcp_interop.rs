@@ -8,19 +8,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities,
-    ClientConfig, ContentBlock, DiscoverResult, Implementation, JsonObject, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ServerCapabilities,
-    ServerConfig, Tool,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
+    ContentBlock, DiscoverResult, Implementation, JsonObject, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    Resource, ResourceContents, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{
-    ClientCacheConfig, ClientLifecycleMode, ClientServiceExt, ErrorData, RoleClient, RoleServer,
-    ServerHandler,
+    ClientCacheConfig, ClientLifecycleMode, ClientServiceExt, ErrorData, RoleClient, RoleServer, ServerHandler,
 };
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -39,27 +37,16 @@ const COUNT: usize = 23;
 
 impl ServerHandler for Library {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_resources()
-                .enable_tools()
-                .build(),
-        )
-        .with_server_info(Implementation::new("rmcp-library", "1.0.0"))
+        ServerConfig::new(ServerCapabilities::builder().enable_resources().enable_tools().build())
+            .with_server_info(Implementation::new("rmcp-library", "1.0.0"))
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
         Cow::Borrowed(&[ProtocolVersion::V_2026_07_28])
     }
 
-    async fn discover(
-        &self,
-        _ctx: RequestContext<RoleServer>,
-    ) -> Result<DiscoverResult, ErrorData> {
-        let mut r = DiscoverResult::from_server_info(
-            self.supported_protocol_versions().into_owned(),
-            self.get_info(),
-        );
+    async fn discover(&self, _ctx: RequestContext<RoleServer>) -> Result<DiscoverResult, ErrorData> {
+        let mut r = DiscoverResult::from_server_info(self.supported_protocol_versions().into_owned(), self.get_info());
         r.ttl_ms = 60_000;
         r.cache_scope = CacheScope::Public;
         Ok(r)
@@ -72,17 +59,12 @@ impl ServerHandler for Library {
     ) -> Result<ListResourcesResult, ErrorData> {
         let start: usize = match request.and_then(|p| p.cursor) {
             None => 0,
-            Some(c) => c
-                .parse()
-                .map_err(|_| ErrorData::invalid_params("bad cursor", None))?,
+            Some(c) => c.parse().map_err(|_| ErrorData::invalid_params("bad cursor", None))?,
         };
         let end = (start + 10).min(COUNT);
-        let items = (start..end)
-            .map(|i| Resource::new(format!("lib://book/{i}"), format!("book {i}")))
-            .collect();
-        let mut page = ListResourcesResult::with_all_items(items)
-            .with_ttl_ms(30_000)
-            .with_cache_scope(CacheScope::Public);
+        let items = (start..end).map(|i| Resource::new(format!("lib://book/{i}"), format!("book {i}"))).collect();
+        let mut page =
+            ListResourcesResult::with_all_items(items).with_ttl_ms(30_000).with_cache_scope(CacheScope::Public);
         page.next_cursor = (end < COUNT).then(|| end.to_string());
         Ok(page)
     }
@@ -94,22 +76,14 @@ impl ServerHandler for Library {
     ) -> Result<ReadResourceResponse, ErrorData> {
         self.reads.fetch_add(1, Ordering::SeqCst);
         let uri = request.uri;
-        match uri
-            .strip_prefix("lib://book/")
-            .and_then(|n| n.parse::<usize>().ok())
-            .filter(|n| *n < COUNT)
-        {
-            Some(n) => Ok(ReadResourceResult::new(vec![ResourceContents::text(
-                format!("the text of book {n}"),
-                uri.clone(),
-            )])
-            .with_ttl_ms(60_000)
-            .with_cache_scope(CacheScope::Public)
-            .into()),
-            None => Err(ErrorData::resource_not_found(
-                "Resource not found",
-                Some(json!({"uri": uri})),
-            )),
+        match uri.strip_prefix("lib://book/").and_then(|n| n.parse::<usize>().ok()).filter(|n| *n < COUNT) {
+            Some(n) => {
+                Ok(ReadResourceResult::new(vec![ResourceContents::text(format!("the text of book {n}"), uri.clone())])
+                    .with_ttl_ms(60_000)
+                    .with_cache_scope(CacheScope::Public)
+                    .into())
+            }
+            None => Err(ErrorData::resource_not_found("Resource not found", Some(json!({"uri": uri})))),
         }
     }
 
@@ -134,20 +108,15 @@ impl ServerHandler for Library {
         _ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let args: JsonObject = request.arguments.unwrap_or_default();
-        let msg = args
-            .get("message")
-            .and_then(|v| v.as_str())
-            .unwrap_or_default()
-            .to_uppercase();
+        let msg = args.get("message").and_then(|v| v.as_str()).unwrap_or_default().to_uppercase();
         Ok(CallToolResult::success(vec![ContentBlock::text(msg)]).into())
     }
 }
 
 /// Serves `Library` with rmcp's Streamable HTTP service on 127.0.0.1:0.
 async fn rmcp_upstream(library: Library, cancel: CancellationToken) -> SocketAddr {
-    let config = StreamableHttpServerConfig::default()
-        .with_json_response(true)
-        .with_cancellation_token(cancel.child_token());
+    let config =
+        StreamableHttpServerConfig::default().with_json_response(true).with_cancellation_token(cancel.child_token());
     let service: StreamableHttpService<Library, LocalSessionManager> =
         StreamableHttpService::new(move || Ok(library.clone()), Default::default(), config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -175,22 +144,15 @@ async fn rmcp_upstream(library: Library, cancel: CancellationToken) -> SocketAdd
 
 async fn rmcp_client(url: String) -> RunningService<RoleClient, ClientConfig> {
     let transport = StreamableHttpClientTransport::from_uri(url);
-    let client = ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("rmcp-scenario", "0"),
-    )
-    .serve_with_lifecycle(
-        transport,
-        ClientLifecycleMode::Discover {
-            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        },
-    )
-    .await
-    .expect("rmcp client connects through the proxy");
+    let client = ClientConfig::new(ClientCapabilities::default(), Implementation::new("rmcp-scenario", "0"))
+        .serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+        )
+        .await
+        .expect("rmcp client connects through the proxy");
     // Every call must reach the proxy: the client's own cache would hide it.
-    client
-        .set_response_cache_config(ClientCacheConfig::disabled())
-        .await;
+    client.set_response_cache_config(ClientCacheConfig::disabled()).await;
     client
 }
 
@@ -199,11 +161,7 @@ async fn rmcp_client_through_the_proxy_to_an_rmcp_server_and_a_sample_server() {
     let cancel = CancellationToken::new();
     let library = Library::default();
     let lib_addr = rmcp_upstream(library.clone(), cancel.clone()).await;
-    let notes = sample_http(SampleSpec {
-        page_size: 3,
-        ..SampleSpec::notes()
-    })
-    .await;
+    let notes = sample_http(SampleSpec { page_size: 3, ..SampleSpec::notes() }).await;
     let proxy = Proxy::start(config(vec![
         UpstreamConfig::http("lib", &format!("http://{lib_addr}/mcp")),
         UpstreamConfig::http("notes", &notes.url()),
@@ -213,28 +171,18 @@ async fn rmcp_client_through_the_proxy_to_an_rmcp_server_and_a_sample_server() {
 
     // Discover: the proxy's own answer, as the rmcp client parsed it.
     let info = client.peer_info().expect("discovered");
-    assert_eq!(
-        info.server_info.as_ref().map(|s| s.name.as_str()),
-        Some("resmux")
-    );
+    assert_eq!(info.server_info.as_ref().map(|s| s.name.as_str()), Some("resmux"));
     assert!(info.capabilities.resources.is_some() && info.capabilities.tools.is_some());
 
     // Every page of both upstreams, through the rmcp client's own pagination.
     let resources = client.list_all_resources().await.expect("list all");
     assert_eq!(resources.len(), COUNT + 7);
-    let lib: Vec<&str> = resources
-        .iter()
-        .map(|r| r.uri.as_str())
-        .filter(|u| u.starts_with("lib+"))
-        .collect();
+    let lib: Vec<&str> = resources.iter().map(|r| r.uri.as_str()).filter(|u| u.starts_with("lib+")).collect();
     assert_eq!(lib.len(), COUNT);
     assert_eq!(lib[22], "lib+lib://book/22");
 
     // Read through both namespaces.
-    let read = client
-        .read_resource(ReadResourceRequestParams::new("lib+lib://book/7"))
-        .await
-        .expect("read");
+    let read = client.read_resource(ReadResourceRequestParams::new("lib+lib://book/7")).await.expect("read");
     match &read.contents[0] {
         ResourceContents::TextResourceContents { uri, text, .. } => {
             assert_eq!(uri, "lib+lib://book/7");
@@ -243,17 +191,11 @@ async fn rmcp_client_through_the_proxy_to_an_rmcp_server_and_a_sample_server() {
         other => panic!("unexpected contents {other:?}"),
     }
     assert_eq!(library.reads.load(Ordering::SeqCst), 1);
-    let read = client
-        .read_resource(ReadResourceRequestParams::new("notes+notes://ideas"))
-        .await
-        .expect("read");
+    let read = client.read_resource(ReadResourceRequestParams::new("notes+notes://ideas")).await.expect("read");
     assert_eq!(read.contents.len(), 1);
 
     // Not found: the rmcp upstream's error comes back as -32602 with the proxy's URI.
-    let err = client
-        .read_resource(ReadResourceRequestParams::new("lib+lib://book/99"))
-        .await
-        .unwrap_err();
+    let err = client.read_resource(ReadResourceRequestParams::new("lib+lib://book/99")).await.unwrap_err();
     match err {
         rmcp::ServiceError::McpError(e) => {
             assert_eq!(e.code.0, -32602);
@@ -265,21 +207,12 @@ async fn rmcp_client_through_the_proxy_to_an_rmcp_server_and_a_sample_server() {
     // Tools of both upstreams, prefixed, callable.
     let tools = client.list_all_tools().await.expect("tools");
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    assert!(
-        names.contains(&"lib__shout") && names.contains(&"notes__echo"),
-        "{names:?}"
-    );
+    assert!(names.contains(&"lib__shout") && names.contains(&"notes__echo"), "{names:?}");
     let args = json!({"message": "quiet"}).as_object().cloned().unwrap();
-    let out = client
-        .call_tool(CallToolRequestParams::new("lib__shout").with_arguments(args))
-        .await
-        .expect("call");
+    let out = client.call_tool(CallToolRequestParams::new("lib__shout").with_arguments(args)).await.expect("call");
     assert_eq!(out.content[0].as_text().unwrap().text, "QUIET");
     let args = json!({"text": "hi"}).as_object().cloned().unwrap();
-    let out = client
-        .call_tool(CallToolRequestParams::new("notes__echo").with_arguments(args))
-        .await
-        .expect("call");
+    let out = client.call_tool(CallToolRequestParams::new("notes__echo").with_arguments(args)).await.expect("call");
     assert_eq!(out.content[0].as_text().unwrap().text, "hi");
 
     client.cancel().await.ok();

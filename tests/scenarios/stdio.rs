@@ -6,12 +6,8 @@ use crate::support::*;
 use resmux::config::UpstreamConfig;
 
 fn notes_command(crashable: bool) -> Vec<String> {
-    let mut cmd = vec![
-        env!("CARGO_BIN_EXE_resmux").to_owned(),
-        "sample-upstream".into(),
-        "--profile".into(),
-        "notes".into(),
-    ];
+    let mut cmd =
+        vec![env!("CARGO_BIN_EXE_resmux").to_owned(), "sample-upstream".into(), "--profile".into(), "notes".into()];
     if crashable {
         cmd.push("--crashable".into());
     }
@@ -20,32 +16,12 @@ fn notes_command(crashable: bool) -> Vec<String> {
 
 #[tokio::test]
 async fn a_stdio_upstream_serves_lists_reads_and_tools() {
-    let p = Proxy::start(config(vec![UpstreamConfig::stdio(
-        "notes",
-        notes_command(false),
-    )]))
-    .await;
+    let p = Proxy::start(config(vec![UpstreamConfig::stdio("notes", notes_command(false))])).await;
     let (items, _) = p.client.list_all("resources/list", "resources").await;
     assert_eq!(items.len(), 7);
-    let r = p
-        .client
-        .request("resources/read", json!({"uri": "notes://ideas"}))
-        .await
-        .result();
-    assert!(
-        r["contents"][0]["text"]
-            .as_str()
-            .unwrap()
-            .contains("Job templates")
-    );
-    let r = p
-        .client
-        .request(
-            "tools/call",
-            json!({"name": "echo", "arguments": {"text": "hi"}}),
-        )
-        .await
-        .result();
+    let r = p.client.request("resources/read", json!({"uri": "notes://ideas"})).await.result();
+    assert!(r["contents"][0]["text"].as_str().unwrap().contains("Job templates"));
+    let r = p.client.request("tools/call", json!({"name": "echo", "arguments": {"text": "hi"}})).await.result();
     assert_eq!(r["content"][0]["text"], "hi");
 }
 
@@ -54,21 +30,11 @@ async fn a_crashed_stdio_upstream_is_restarted_and_serves_again() {
     let mut up = UpstreamConfig::stdio("notes", notes_command(true));
     up.timeout = std::time::Duration::from_secs(5);
     let p = Proxy::start(config(vec![up])).await;
-    let r = p
-        .client
-        .request(
-            "tools/call",
-            json!({"name": "echo", "arguments": {"text": "before"}}),
-        )
-        .await
-        .result();
+    let r = p.client.request("tools/call", json!({"name": "echo", "arguments": {"text": "before"}})).await.result();
     assert_eq!(r["content"][0]["text"], "before");
 
     // The crash takes the in-flight call with it: an upstream error, marked as such.
-    let ex = p
-        .client
-        .request("tools/call", json!({"name": "crash", "arguments": {}}))
-        .await;
+    let ex = p.client.request("tools/call", json!({"name": "crash", "arguments": {}})).await;
     assert_eq!(ex.status, 502);
     assert_eq!(ex.json()["error"]["data"]["side"], "upstream");
 
@@ -77,12 +43,7 @@ async fn a_crashed_stdio_upstream_is_restarted_and_serves_again() {
     eventually("the restarted upstream answers", || {
         let client = client.clone();
         async move {
-            let ex = client
-                .request(
-                    "tools/call",
-                    json!({"name": "echo", "arguments": {"text": "after"}}),
-                )
-                .await;
+            let ex = client.request("tools/call", json!({"name": "echo", "arguments": {"text": "after"}})).await;
             (ex.status == 200 && ex.json()["result"]["content"][0]["text"] == "after").then_some(())
         }
     })

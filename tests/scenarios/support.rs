@@ -22,9 +22,7 @@ pub const DEADLINE: Duration = Duration::from_secs(20);
 
 /// Starts a sample HTTP upstream.
 pub async fn sample_http(spec: SampleSpec) -> SampleHttp {
-    SampleHttp::start(Sample::new(spec), "127.0.0.1:0".parse().unwrap())
-        .await
-        .expect("bind sample")
+    SampleHttp::start(Sample::new(spec), "127.0.0.1:0".parse().unwrap()).await.expect("bind sample")
 }
 
 /// A config listening on an ephemeral loopback port.
@@ -74,9 +72,7 @@ impl Exchange {
     /// `error.code`.
     pub fn error_code(&self) -> i64 {
         let v = self.json();
-        v["error"]["code"]
-            .as_i64()
-            .unwrap_or_else(|| panic!("expected an error, got {v}"))
+        v["error"]["code"].as_i64().unwrap_or_else(|| panic!("expected an error, got {v}"))
     }
 
     /// The `resmux-cache` header.
@@ -86,10 +82,7 @@ impl Exchange {
 
     /// `result.contents[0].text` of a read.
     pub fn text(&self) -> String {
-        self.result()["contents"][0]["text"]
-            .as_str()
-            .expect("text contents")
-            .to_owned()
+        self.result()["contents"][0]["text"].as_str().expect("text contents").to_owned()
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -120,19 +113,12 @@ impl McpClient {
     pub fn new(url: &str) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        Self {
-            url: url.to_owned(),
-            http: Client::builder(TokioExecutor::new()).build(connector),
-            principal: None,
-        }
+        Self { url: url.to_owned(), http: Client::builder(TokioExecutor::new()).build(connector), principal: None }
     }
 
     /// The same client, authenticating as `name` (which it also gives as its clientInfo name).
     pub fn as_principal(&self, name: &str) -> Self {
-        Self {
-            principal: Some(name.to_owned()),
-            ..self.clone()
-        }
+        Self { principal: Some(name.to_owned()), ..self.clone() }
     }
 
     /// Sends a conforming request: `params` gets `_meta`, headers mirror the body.
@@ -147,15 +133,11 @@ impl McpClient {
             _ => None,
         };
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-        let mut headers = vec![
-            ("mcp-protocol-version", "2026-07-28".to_owned()),
-            ("mcp-method", method.to_owned()),
-        ];
+        let mut headers = vec![("mcp-protocol-version", "2026-07-28".to_owned()), ("mcp-method", method.to_owned())];
         if let Some(n) = name {
             headers.push(("mcp-name", resmux::mcp::header_value::encode(&n)));
         }
-        self.raw("POST", &headers, body.to_string().into_bytes())
-            .await
+        self.raw("POST", &headers, body.to_string().into_bytes()).await
     }
 
     /// Sends anything: the given headers (plus Content-Type and Accept) and body bytes.
@@ -171,22 +153,14 @@ impl McpClient {
         if let Some(p) = &self.principal {
             req = req.header("authorization", format!("Bearer {p}"));
         }
-        let resp = tokio::time::timeout(
-            DEADLINE,
-            self.http
-                .request(req.body(Full::new(Bytes::from(body))).unwrap()),
-        )
-        .await
-        .expect("proxy answers in time")
-        .expect("HTTP exchange");
+        let resp = tokio::time::timeout(DEADLINE, self.http.request(req.body(Full::new(Bytes::from(body))).unwrap()))
+            .await
+            .expect("proxy answers in time")
+            .expect("HTTP exchange");
         let status = resp.status();
         let headers = resp.headers().clone();
         let body = resp.into_body().collect().await.expect("body").to_bytes();
-        Exchange {
-            status,
-            headers,
-            body,
-        }
+        Exchange { status, headers, body }
     }
 
     /// Follows `nextCursor` from the first page to the last; returns every item of `key`.
@@ -224,5 +198,87 @@ where
         }
         assert!(start.elapsed() < DEADLINE, "timed out waiting for: {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An open listen stream as a client sees it: SSE messages parsed as JSON.
+pub struct Listening {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    body: hyper::body::Incoming,
+    decoder: resmux::upstream::sse::SseDecoder,
+}
+
+impl Listening {
+    /// The next message, or `None` if none arrives within `wait` (or the stream ended).
+    pub async fn next_within(&mut self, wait: Duration) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(event) = self.decoder.next_event().expect("event size") {
+                return Some(serde_json::from_str(&event.data).expect("SSE data is JSON"));
+            }
+            let frame = tokio::time::timeout_at(deadline, self.body.frame()).await.ok()??;
+            if let Ok(data) = frame.expect("stream frame").into_data() {
+                self.decoder.push(&data);
+            }
+        }
+    }
+
+    /// The next message; panics if none arrives within [`DEADLINE`].
+    pub async fn next(&mut self) -> Value {
+        self.next_within(DEADLINE).await.expect("a message on the listen stream")
+    }
+
+    /// The next message that is not in `skip` (by method), e.g. skipping list changes.
+    pub async fn next_method(&mut self, method: &str) -> Value {
+        loop {
+            let m = self.next().await;
+            if m["method"] == method {
+                return m;
+            }
+        }
+    }
+}
+
+impl McpClient {
+    /// Opens `subscriptions/listen` with request id `id`; an answer that is not a stream
+    /// comes back as the `Err` exchange.
+    pub async fn listen(&self, id: Value, notifications: Value) -> Result<Listening, Exchange> {
+        let mut m = meta();
+        if let Some(p) = &self.principal {
+            m["io.modelcontextprotocol/clientInfo"]["name"] = json!(p);
+        }
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+                          "params": {"notifications": notifications, "_meta": m}});
+        let mut req = Request::builder()
+            .method("POST")
+            .uri(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "subscriptions/listen");
+        if let Some(p) = &self.principal {
+            req = req.header("authorization", format!("Bearer {p}"));
+        }
+        let resp = tokio::time::timeout(
+            DEADLINE,
+            self.http.request(req.body(Full::new(Bytes::from(body.to_string()))).unwrap()),
+        )
+        .await
+        .expect("proxy answers in time")
+        .expect("HTTP exchange");
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let sse = headers.get("content-type").is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+        if !sse {
+            let body = resp.into_body().collect().await.expect("body").to_bytes();
+            return Err(Exchange { status, headers, body });
+        }
+        Ok(Listening {
+            status,
+            headers,
+            body: resp.into_body(),
+            decoder: resmux::upstream::sse::SseDecoder::new(1 << 20),
+        })
     }
 }

@@ -14,16 +14,11 @@ async fn proxy() -> (Proxy, resmux::sample::SampleHttp) {
 }
 
 fn headers(version: &str, method: &str) -> Vec<(&'static str, String)> {
-    vec![
-        ("mcp-protocol-version", version.to_owned()),
-        ("mcp-method", method.to_owned()),
-    ]
+    vec![("mcp-protocol-version", version.to_owned()), ("mcp-method", method.to_owned())]
 }
 
 fn body(method: &str, params: serde_json::Value) -> Vec<u8> {
-    json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params})
-        .to_string()
-        .into_bytes()
+    json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}).to_string().into_bytes()
 }
 
 #[tokio::test]
@@ -39,12 +34,8 @@ async fn get_and_delete_are_405() {
 #[tokio::test]
 async fn a_notification_gets_202_and_no_body() {
     let (p, _up) = proxy().await;
-    let note =
-        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}});
-    let ex = p
-        .client
-        .raw("POST", &[], note.to_string().into_bytes())
-        .await;
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}});
+    let ex = p.client.raw("POST", &[], note.to_string().into_bytes()).await;
     assert_eq!(ex.status, 202);
     assert!(ex.body.is_empty());
 }
@@ -58,10 +49,7 @@ async fn a_conforming_request_is_answered_with_json() {
     let r = ex.result();
     assert_eq!(r["resultType"], "complete");
     assert_eq!(r["supportedVersions"], json!(["2026-07-28"]));
-    assert_eq!(
-        r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
-        "resmux"
-    );
+    assert_eq!(r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "resmux");
     assert!(r["ttlMs"].as_u64().is_some());
     assert_eq!(r["cacheScope"], "public");
     assert!(r["capabilities"]["resources"].is_object());
@@ -71,20 +59,10 @@ async fn a_conforming_request_is_answered_with_json() {
 async fn version_header_missing_or_different_is_400_32020() {
     let (p, _up) = proxy().await;
     let b = body("server/discover", json!({"_meta": meta()}));
-    let ex = p
-        .client
-        .raw(
-            "POST",
-            &[("mcp-method", "server/discover".into())],
-            b.clone(),
-        )
-        .await;
+    let ex = p.client.raw("POST", &[("mcp-method", "server/discover".into())], b.clone()).await;
     assert_eq!((ex.status.as_u16(), ex.error_code()), (400, -32020));
     assert_eq!(ex.json()["id"], 7);
-    let ex = p
-        .client
-        .raw("POST", &headers("2025-11-25", "server/discover"), b)
-        .await;
+    let ex = p.client.raw("POST", &headers("2025-11-25", "server/discover"), b).await;
     assert_eq!((ex.status.as_u16(), ex.error_code()), (400, -32020));
 }
 
@@ -92,19 +70,9 @@ async fn version_header_missing_or_different_is_400_32020() {
 async fn method_header_missing_or_different_is_400_32020() {
     let (p, _up) = proxy().await;
     let b = body("resources/list", json!({"_meta": meta()}));
-    let ex = p
-        .client
-        .raw(
-            "POST",
-            &[("mcp-protocol-version", "2026-07-28".into())],
-            b.clone(),
-        )
-        .await;
+    let ex = p.client.raw("POST", &[("mcp-protocol-version", "2026-07-28".into())], b.clone()).await;
     assert_eq!((ex.status.as_u16(), ex.error_code()), (400, -32020));
-    let ex = p
-        .client
-        .raw("POST", &headers("2026-07-28", "tools/list"), b)
-        .await;
+    let ex = p.client.raw("POST", &headers("2026-07-28", "tools/list"), b).await;
     assert_eq!((ex.status.as_u16(), ex.error_code()), (400, -32020));
 }
 
@@ -114,10 +82,7 @@ async fn name_header_is_checked_including_the_base64_form() {
     let uri = "docs://café/ü";
     let b = body("resources/read", json!({"uri": uri, "_meta": meta()}));
     // Missing.
-    let ex = p
-        .client
-        .raw("POST", &headers("2026-07-28", "resources/read"), b.clone())
-        .await;
+    let ex = p.client.raw("POST", &headers("2026-07-28", "resources/read"), b.clone()).await;
     assert_eq!((ex.status.as_u16(), ex.error_code()), (400, -32020));
     // Different.
     let mut h = headers("2026-07-28", "resources/read");
@@ -147,21 +112,11 @@ async fn a_missing_meta_field_is_400_32602() {
         json!({"_meta": {"io.modelcontextprotocol/clientCapabilities": {}}}),
         json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}),
     ] {
-        let ex = p
-            .client
-            .raw("POST", &h, body("server/discover", params.clone()))
-            .await;
-        assert_eq!(
-            (ex.status.as_u16(), ex.error_code()),
-            (400, -32602),
-            "{params}"
-        );
+        let ex = p.client.raw("POST", &h, body("server/discover", params.clone())).await;
+        assert_eq!((ex.status.as_u16(), ex.error_code()), (400, -32602), "{params}");
     }
     let no_params = json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover"});
-    let ex = p
-        .client
-        .raw("POST", &h, no_params.to_string().into_bytes())
-        .await;
+    let ex = p.client.raw("POST", &h, no_params.to_string().into_bytes()).await;
     assert_eq!((ex.status.as_u16(), ex.error_code()), (400, -32602));
 }
 
@@ -172,11 +127,7 @@ async fn an_unsupported_version_is_400_32022_with_supported_and_requested() {
     m["io.modelcontextprotocol/protocolVersion"] = json!("1900-01-01");
     let ex = p
         .client
-        .raw(
-            "POST",
-            &headers("1900-01-01", "server/discover"),
-            body("server/discover", json!({"_meta": m})),
-        )
+        .raw("POST", &headers("1900-01-01", "server/discover"), body("server/discover", json!({"_meta": m})))
         .await;
     assert_eq!((ex.status.as_u16(), ex.error_code()), (400, -32022));
     let data = &ex.json()["error"]["data"];
@@ -187,20 +138,10 @@ async fn an_unsupported_version_is_400_32022_with_supported_and_requested() {
 #[tokio::test]
 async fn unknown_and_removed_methods_are_404_32601() {
     let (p, _up) = proxy().await;
-    for method in [
-        "initialize",
-        "ping",
-        "logging/setLevel",
-        "resources/subscribe",
-        "resources/unsubscribe",
-        "no/such",
-    ] {
+    for method in ["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe", "no/such"]
+    {
         let ex = p.client.request(method, json!({"uri": "docs://x"})).await;
-        assert_eq!(
-            (ex.status.as_u16(), ex.error_code()),
-            (404, -32601),
-            "{method}"
-        );
+        assert_eq!((ex.status.as_u16(), ex.error_code()), (404, -32601), "{method}");
     }
 }
 
@@ -222,14 +163,8 @@ async fn a_foreign_origin_or_host_is_403() {
 #[tokio::test]
 async fn a_body_over_the_limit_is_413() {
     let (p, _up) = proxy().await;
-    let big = body(
-        "resources/read",
-        json!({"uri": "x".repeat(8192), "_meta": meta()}),
-    );
-    let ex = p
-        .client
-        .raw("POST", &headers("2026-07-28", "resources/read"), big)
-        .await;
+    let big = body("resources/read", json!({"uri": "x".repeat(8192), "_meta": meta()}));
+    let ex = p.client.raw("POST", &headers("2026-07-28", "resources/read"), big).await;
     assert_eq!(ex.status, 413);
 }
 
@@ -237,55 +172,25 @@ async fn a_body_over_the_limit_is_413() {
 async fn malformed_json_is_32700_and_bad_envelopes_are_32600() {
     let (p, _up) = proxy().await;
     let h = headers("2026-07-28", "server/discover");
-    let ex = p
-        .client
-        .raw("POST", &h, b"{\"jsonrpc\": \"2.0\", ".to_vec())
-        .await;
+    let ex = p.client.raw("POST", &h, b"{\"jsonrpc\": \"2.0\", ".to_vec()).await;
     assert_eq!((ex.status.as_u16(), ex.error_code()), (400, -32700));
     assert!(ex.json()["id"].is_null());
-    let ex = p
-        .client
-        .raw(
-            "POST",
-            &h,
-            br#"{"jsonrpc":"2.0","id":null,"method":"x"}"#.to_vec(),
-        )
-        .await;
+    let ex = p.client.raw("POST", &h, br#"{"jsonrpc":"2.0","id":null,"method":"x"}"#.to_vec()).await;
     assert_eq!(ex.error_code(), -32600);
-    let ex = p
-        .client
-        .raw(
-            "POST",
-            &h,
-            br#"[{"jsonrpc":"2.0","id":1,"method":"x"}]"#.to_vec(),
-        )
-        .await;
+    let ex = p.client.raw("POST", &h, br#"[{"jsonrpc":"2.0","id":1,"method":"x"}]"#.to_vec()).await;
     assert_eq!(ex.error_code(), -32600);
-    let ex = p
-        .client
-        .raw(
-            "POST",
-            &h,
-            br#"{"jsonrpc":"2.0","id":1,"result":{}}"#.to_vec(),
-        )
-        .await;
+    let ex = p.client.raw("POST", &h, br#"{"jsonrpc":"2.0","id":1,"result":{}}"#.to_vec()).await;
     assert_eq!(ex.error_code(), -32600);
 }
 
 #[tokio::test]
 async fn a_dead_upstream_gives_a_gateway_error_that_says_so() {
     // A port nothing listens on.
-    let spare = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let spare = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let mut up = UpstreamConfig::http("gone", &format!("http://{spare}/mcp"));
     up.timeout = std::time::Duration::from_secs(2);
     let p = Proxy::start(config(vec![up])).await;
-    let ex = p
-        .client
-        .request("resources/read", json!({"uri": "gone://x"}))
-        .await;
+    let ex = p.client.request("resources/read", json!({"uri": "gone://x"})).await;
     assert_eq!(ex.status, 502);
     let err = &ex.json()["error"];
     assert_eq!(err["code"], -32603);

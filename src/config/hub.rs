@@ -1,0 +1,51 @@
+//! `[hub]`: downstream `subscriptions/listen` and the upstream listens behind them (DESIGN §5).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Limits and timings of the subscription hub.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HubConfig {
+    /// Most listen streams open at once, all principals together. Default 20,000.
+    pub max_listeners: usize,
+    /// Most listen streams one principal may hold open. Default 64.
+    pub max_listens_per_principal: usize,
+    /// Most URIs in one listen's `resourceSubscriptions`. Default 1,000.
+    pub max_uris_per_listen: usize,
+    /// How long an upstream subscription outlives its last listener, so that a client that
+    /// re-listens at once does not make the upstream listen churn. Default 2 s.
+    #[serde(with = "humantime_serde")]
+    pub linger: Duration,
+    /// Interval of SSE keep-alive comments on idle listen streams. Default 15 s.
+    #[serde(with = "humantime_serde")]
+    pub keepalive: Duration,
+    /// A listener whose connection accepts no writes for this long is closed; the client
+    /// re-listens. Default 30 s.
+    #[serde(with = "humantime_serde")]
+    pub slow_listener_timeout: Duration,
+    /// How long an upstream gets to acknowledge a listen before the attempt counts as failed.
+    /// Default 10 s.
+    #[serde(with = "humantime_serde")]
+    pub ack_timeout: Duration,
+    /// Longest wait between attempts to re-open a dropped upstream listen (backoff doubles
+    /// from 100 ms, jittered). Default 30 s.
+    #[serde(with = "humantime_serde")]
+    pub reconnect_max: Duration,
+}
+
+impl Default for HubConfig {
+    fn default() -> Self {
+        Self {
+            max_listeners: 20_000,
+            max_listens_per_principal: 64,
+            max_uris_per_listen: 1_000,
+            linger: Duration::from_secs(2),
+            keepalive: Duration::from_secs(15),
+            slow_listener_timeout: Duration::from_secs(30),
+            ack_timeout: Duration::from_secs(10),
+            reconnect_max: Duration::from_secs(30),
+        }
+    }
+}

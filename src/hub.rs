@@ -1,0 +1,305 @@
+//! The subscription hub (DESIGN §5): downstream listeners, refcounted upstream interest, and
+//! the standing upstream listens ("feeds") whose notifications both invalidate the cache and
+//! fan out to listeners. One piece of machinery serves the cache and the listeners.
+
+mod feed;
+mod listener;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use listener::{Listener, Pend, Topic};
+
+use crate::auth::Principal;
+use crate::cache::{Cache, CachedMethod};
+use crate::config::HubConfig;
+use crate::error::{DownstreamError, Error};
+use crate::jsonrpc::RequestId;
+use crate::router::namespace::Namespace;
+use crate::upstream::Upstream;
+use crate::upstream::listen::{Change, Filter, ListKind};
+
+/// Cheap handle over the hub.
+#[derive(Clone)]
+pub struct Hub(Arc<Inner>);
+
+struct Inner {
+    config: HubConfig,
+    upstreams: Vec<Upstream>,
+    ns: Namespace,
+    cache: Cache,
+    /// What each upstream's feed should listen for (listeners' URIs and lists; the cache's
+    /// standing list interest is added by the feed from the upstream's capabilities).
+    desired: Vec<watch::Sender<Filter>>,
+    registry: Mutex<Registry>,
+    next_id: AtomicU64,
+    /// Fires at shutdown: listen streams end with a result.
+    shutdown: CancellationToken,
+    /// Upstream listens opened since start, per upstream (for tests and metrics).
+    opened: Vec<AtomicU64>,
+}
+
+#[derive(Default)]
+struct Registry {
+    listeners: HashMap<u64, Arc<Listener>>,
+    per_principal: HashMap<Principal, usize>,
+    /// Who listens to what: `(upstream, topic)` → listener ids.
+    topics: HashMap<(usize, Topic), HashSet<u64>>,
+}
+
+/// A registered listen; dropping it unregisters the listener.
+pub struct Subscription {
+    hub: Hub,
+    pub listener: Arc<Listener>,
+    /// The honoured subset, in downstream form, for the acknowledgment.
+    pub honoured: Filter,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.hub.unregister(self.listener.id);
+    }
+}
+
+impl Hub {
+    /// Builds the hub and starts one feed per upstream on `tracker`.
+    pub fn start(
+        config: HubConfig,
+        upstreams: Vec<Upstream>,
+        ns: Namespace,
+        cache: Cache,
+        cancel: &CancellationToken,
+        tracker: &TaskTracker,
+    ) -> Self {
+        let desired = upstreams.iter().map(|_| watch::channel(Filter::default()).0).collect();
+        let opened = upstreams.iter().map(|_| AtomicU64::new(0)).collect();
+        let hub = Self(Arc::new(Inner {
+            config,
+            upstreams,
+            ns,
+            cache,
+            desired,
+            registry: Mutex::default(),
+            next_id: AtomicU64::new(1),
+            shutdown: cancel.child_token(),
+            opened,
+        }));
+        for index in 0..hub.0.upstreams.len() {
+            tracker.spawn(feed::run(hub.clone(), index, cancel.clone()));
+        }
+        hub
+    }
+
+    /// The hub's settings.
+    pub fn config(&self) -> &HubConfig {
+        &self.0.config
+    }
+
+    /// Fires when the proxy shuts down.
+    pub fn shutdown_token(&self) -> &CancellationToken {
+        &self.0.shutdown
+    }
+
+    /// Listeners registered now.
+    pub fn listener_count(&self) -> usize {
+        self.0.registry.lock().expect("registry").listeners.len()
+    }
+
+    /// Upstream listens opened so far for upstream `index`.
+    pub fn upstream_listens_opened(&self, index: usize) -> u64 {
+        self.0.opened[index].load(Ordering::Relaxed)
+    }
+
+    /// Registers a listen of `principal` asking for `filter` (downstream URIs). Only what the
+    /// owning upstreams declared they honour is registered and acknowledged.
+    pub fn subscribe(
+        &self,
+        principal: &Principal,
+        subscription: RequestId,
+        filter: &Filter,
+    ) -> Result<Subscription, Error> {
+        let cfg = &self.0.config;
+        if filter.uris.len() > cfg.max_uris_per_listen {
+            return Err(DownstreamError::InvalidParams(format!(
+                "at most {} URIs per listen (asked for {})",
+                cfg.max_uris_per_listen,
+                filter.uris.len()
+            ))
+            .into());
+        }
+        let (topics, honoured) = self.honoured(filter);
+        let id = self.0.next_id.fetch_add(1, Ordering::Relaxed);
+        let listener = Arc::new(Listener::new(id, principal.clone(), subscription, topics));
+        let mut reg = self.0.registry.lock().expect("registry");
+        if reg.listeners.len() >= cfg.max_listeners {
+            return Err(DownstreamError::LimitReached(format!(
+                "the proxy holds its maximum of {} listens",
+                cfg.max_listeners
+            ))
+            .into());
+        }
+        let mine = reg.per_principal.entry(principal.clone()).or_default();
+        if *mine >= cfg.max_listens_per_principal {
+            return Err(DownstreamError::LimitReached(format!(
+                "at most {} listens per principal",
+                cfg.max_listens_per_principal
+            ))
+            .into());
+        }
+        *mine += 1;
+        let mut touched = HashSet::new();
+        for (up, topic) in &listener.topics {
+            let set = reg.topics.entry((*up, topic.clone())).or_default();
+            if set.is_empty() {
+                touched.insert(*up);
+            }
+            set.insert(id);
+        }
+        reg.listeners.insert(id, listener.clone());
+        self.publish(&reg, touched);
+        drop(reg);
+        Ok(Subscription { hub: self.clone(), listener, honoured })
+    }
+
+    /// The topics to register and the acknowledgment's filter for a requested `filter`.
+    fn honoured(&self, filter: &Filter) -> (Vec<(usize, Topic)>, Filter) {
+        let mut topics = Vec::new();
+        let mut ack = Filter::default();
+        for uri in &filter.uris {
+            let Some(route) = self.0.ns.route_uri(uri) else { continue };
+            let (candidates, upstream_uri) = route.candidates();
+            let mut any = false;
+            for &i in candidates {
+                if self.0.upstreams[i].info().is_some_and(|info| info.flag("resources", "subscribe")) {
+                    topics.push((i, Topic::Uri(upstream_uri.to_owned())));
+                    any = true;
+                }
+            }
+            if any {
+                ack.uris.insert(uri.clone());
+            }
+        }
+        for kind in ListKind::ALL {
+            if !filter.list(kind) {
+                continue;
+            }
+            for (i, up) in self.0.upstreams.iter().enumerate() {
+                if up.info().is_some_and(|info| info.flag(kind.capability(), "listChanged")) {
+                    topics.push((i, Topic::List(kind)));
+                    ack.set_list(kind, true);
+                }
+            }
+        }
+        (topics, ack)
+    }
+
+    fn unregister(&self, id: u64) {
+        let mut reg = self.0.registry.lock().expect("registry");
+        let Some(listener) = reg.listeners.remove(&id) else { return };
+        if let Some(n) = reg.per_principal.get_mut(&listener.principal) {
+            *n -= 1;
+            if *n == 0 {
+                reg.per_principal.remove(&listener.principal);
+            }
+        }
+        let mut touched = HashSet::new();
+        for (up, topic) in &listener.topics {
+            let key = (*up, topic.clone());
+            if let Some(set) = reg.topics.get_mut(&key) {
+                set.remove(&id);
+                if set.is_empty() {
+                    reg.topics.remove(&key);
+                    touched.insert(*up);
+                }
+            }
+        }
+        self.publish(&reg, touched);
+    }
+
+    /// Recomputes the desired filter of each touched upstream from the registry: the union of
+    /// its listeners' topics, each counted once however many listeners share it.
+    fn publish(&self, reg: &Registry, touched: HashSet<usize>) {
+        for up in touched {
+            let mut filter = Filter::default();
+            for (u, topic) in reg.topics.keys() {
+                if *u != up {
+                    continue;
+                }
+                match topic {
+                    Topic::Uri(uri) => {
+                        filter.uris.insert(uri.clone());
+                    }
+                    Topic::List(kind) => filter.set_list(*kind, true),
+                }
+            }
+            self.0.desired[up].send_if_modified(|cur| {
+                let changed = *cur != filter;
+                *cur = filter;
+                changed
+            });
+        }
+    }
+
+    /// A change announced by upstream `index`: invalidate the cache, wake its listeners.
+    fn dispatch(&self, index: usize, change: &Change) {
+        let epochs = self.0.cache.epochs();
+        let up = index as u32;
+        let (topic, pend) = match change {
+            Change::Updated(uri) => {
+                epochs.uri_changed(up, uri);
+                (Topic::Uri(uri.clone()), Pend::Uri(self.0.ns.uri_out(index, uri).into()))
+            }
+            Change::ListChanged(kind) => {
+                match kind {
+                    ListKind::Resources => {
+                        epochs.list_changed(up, CachedMethod::ResourcesList);
+                        epochs.list_changed(up, CachedMethod::TemplatesList);
+                    }
+                    ListKind::Tools => epochs.list_changed(up, CachedMethod::ToolsList),
+                    ListKind::Prompts => epochs.list_changed(up, CachedMethod::PromptsList),
+                }
+                (Topic::List(*kind), Pend::List(*kind))
+            }
+        };
+        let reg = self.0.registry.lock().expect("registry");
+        if let Some(ids) = reg.topics.get(&(index, topic)) {
+            for id in ids {
+                if let Some(l) = reg.listeners.get(id) {
+                    l.push(&pend);
+                }
+            }
+        }
+    }
+
+    /// Upstream `index` lost its stream: what changed meanwhile is unknown, so its cache
+    /// entries go stale now.
+    fn stream_lost(&self, index: usize) {
+        self.0.cache.epochs().stream_lost(index as u32);
+    }
+
+    /// Upstream `index` is back after a loss: its listeners learn that everything they
+    /// watch there may have changed.
+    fn resync(&self, index: usize) {
+        self.0.cache.epochs().stream_lost(index as u32);
+        let reg = self.0.registry.lock().expect("registry");
+        for listener in reg.listeners.values() {
+            let changes: Vec<Pend> = listener
+                .topics
+                .iter()
+                .filter(|(u, _)| *u == index)
+                .map(|(_, t)| match t {
+                    Topic::Uri(uri) => Pend::Uri(self.0.ns.uri_out(index, uri).into()),
+                    Topic::List(kind) => Pend::List(*kind),
+                })
+                .collect();
+            if !changes.is_empty() {
+                listener.push_all(&changes);
+            }
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! One downstream listener and its coalescing queue of pending changes.
+//!
+//! A change notification only says "this changed", so repeats of one change coalesce: the
+//! queue is a set, bounded by the listener's own subscriptions, and a slow listener loses no
+//! information however many changes arrive while it is not reading.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+use crate::auth::Principal;
+use crate::jsonrpc::RequestId;
+use crate::upstream::listen::ListKind;
+
+/// What a listener is subscribed to on one upstream (upstream-form URIs).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Topic {
+    Uri(String),
+    List(ListKind),
+}
+
+/// Changes waiting to be written to one listener, in downstream form.
+#[derive(Debug, Default)]
+pub struct Pending {
+    /// URIs in the order they first changed (so delivery order follows change order).
+    order: Vec<Arc<str>>,
+    seen: HashSet<Arc<str>>,
+    lists: [bool; 3],
+}
+
+impl Pending {
+    /// Number of distinct pending changes.
+    pub fn len(&self) -> usize {
+        self.order.len() + self.lists.iter().filter(|b| **b).count()
+    }
+
+    fn push(&mut self, change: &Pend) {
+        match change {
+            Pend::Uri(uri) => {
+                if self.seen.insert(uri.clone()) {
+                    self.order.push(uri.clone());
+                }
+            }
+            Pend::List(kind) => self.lists[list_index(*kind)] = true,
+        }
+    }
+
+    /// The pending changes, lists first, emptying the queue.
+    pub fn take(&mut self) -> Vec<Pend> {
+        let mut out: Vec<Pend> = ListKind::ALL
+            .into_iter()
+            .filter(|k| std::mem::take(&mut self.lists[list_index(*k)]))
+            .map(Pend::List)
+            .collect();
+        self.seen.clear();
+        out.extend(self.order.drain(..).map(Pend::Uri));
+        out
+    }
+}
+
+fn list_index(kind: ListKind) -> usize {
+    match kind {
+        ListKind::Resources => 0,
+        ListKind::Tools => 1,
+        ListKind::Prompts => 2,
+    }
+}
+
+/// A change as delivered downstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pend {
+    /// `notifications/resources/updated` for this downstream URI.
+    Uri(Arc<str>),
+    /// `notifications/{kind}/list_changed`.
+    List(ListKind),
+}
+
+/// A registered downstream listen.
+pub struct Listener {
+    pub id: u64,
+    pub principal: Principal,
+    /// The listen request's id: every notification carries it as `subscriptionId`.
+    pub subscription: RequestId,
+    /// `(upstream index, topic)` pairs it is subscribed to.
+    pub topics: Vec<(usize, Topic)>,
+    /// The downstream form of each URI topic, parallel to `topics` where it is a URI.
+    pending: Mutex<Pending>,
+    wake: Notify,
+}
+
+impl Listener {
+    pub fn new(id: u64, principal: Principal, subscription: RequestId, topics: Vec<(usize, Topic)>) -> Self {
+        Self { id, principal, subscription, topics, pending: Mutex::new(Pending::default()), wake: Notify::new() }
+    }
+
+    /// Queues a change and wakes the writer. Never blocks on the connection.
+    pub fn push(&self, change: &Pend) {
+        self.pending.lock().expect("pending lock").push(change);
+        self.wake.notify_one();
+    }
+
+    /// Queues several changes with one wake-up.
+    pub fn push_all(&self, changes: &[Pend]) {
+        let mut pending = self.pending.lock().expect("pending lock");
+        for c in changes {
+            pending.push(c);
+        }
+        drop(pending);
+        self.wake.notify_one();
+    }
+
+    /// Takes everything pending.
+    pub fn take(&self) -> Vec<Pend> {
+        self.pending.lock().expect("pending lock").take()
+    }
+
+    /// Changes waiting now.
+    pub fn pending_len(&self) -> usize {
+        self.pending.lock().expect("pending lock").len()
+    }
+
+    /// Resolves when changes may be pending (a permit is kept if none was waiting).
+    pub async fn woken(&self) {
+        self.wake.notified().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeats_coalesce_and_order_is_kept() {
+        let mut p = Pending::default();
+        let a: Arc<str> = "a".into();
+        let b: Arc<str> = "b".into();
+        for _ in 0..1000 {
+            p.push(&Pend::Uri(b.clone()));
+            p.push(&Pend::Uri(a.clone()));
+            p.push(&Pend::List(ListKind::Tools));
+        }
+        assert_eq!(p.len(), 3);
+        assert_eq!(p.take(), vec![Pend::List(ListKind::Tools), Pend::Uri(b), Pend::Uri(a)]);
+        assert_eq!(p.len(), 0);
+    }
+}
