@@ -49,6 +49,9 @@ enum Command {
         /// Generated resources (profile `generated`).
         #[arg(long, default_value_t = 25)]
         count: usize,
+        /// Change the `status` resource every this many milliseconds (0: the profile's default).
+        #[arg(long, default_value_t = 0)]
+        tick_ms: u64,
     },
 }
 
@@ -78,7 +81,7 @@ async fn main() -> Result<()> {
             }
         },
         Command::Demo { addr } => demo(addr).await?,
-        Command::SampleUpstream { profile, http, crashable, count } => {
+        Command::SampleUpstream { profile, http, crashable, count, tick_ms } => {
             resmux::telemetry::init(&Default::default());
             let mut spec = match profile {
                 ProfileArg::Docs => SampleSpec::docs(),
@@ -86,6 +89,9 @@ async fn main() -> Result<()> {
                 ProfileArg::Generated => SampleSpec::generated("gen", count),
             };
             spec.crashable = crashable;
+            if tick_ms > 0 {
+                spec.tick = Some(std::time::Duration::from_millis(tick_ms));
+            }
             match http {
                 Some(addr) => {
                     let server = SampleHttp::start(Sample::new(spec), addr).await?;

@@ -29,6 +29,17 @@ impl Router {
                     caps.entry(cap).or_insert_with(|| json!({}));
                 }
             }
+            // The hub serves listens for what any upstream can announce.
+            for (cap, flag) in [
+                ("resources", "subscribe"),
+                ("resources", "listChanged"),
+                ("tools", "listChanged"),
+                ("prompts", "listChanged"),
+            ] {
+                if info.flag(cap, flag) {
+                    caps[cap][flag] = json!(true);
+                }
+            }
             if let Some(text) = &info.instructions {
                 instructions.push(format!("[{}] {text}", upstream.name()));
             }

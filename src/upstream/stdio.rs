@@ -326,15 +326,31 @@ fn on_line(name: &str, conn: &Conn, line: Bytes) {
         Kind::Response => {
             let Some(id) = msg.id.as_ref() else { return };
             let slot = conn.pending.lock().expect("pending lock").remove(id.as_json());
-            match slot {
+            if let Some(tx) = slot {
+                let _ = tx.send(line.clone());
+                return;
+            }
+            // The final response of a listen ends it.
+            let listen = conn.listens.lock().expect("listens lock").remove(id.as_json());
+            match listen {
                 Some(tx) => {
-                    let _ = tx.send(line.clone());
+                    let _ = tx.try_send(line.clone());
                 }
                 None => tracing::debug!(upstream = %name, %id, "response to no pending request"),
             }
         }
         Kind::Notification => {
-            tracing::trace!(upstream = %name, method = msg.method(), "notification from upstream");
+            let Some(sub) = super::listen::subscription_of(&msg) else {
+                tracing::trace!(upstream = %name, method = msg.method(), "notification outside any listen");
+                return;
+            };
+            let mut listens = conn.listens.lock().expect("listens lock");
+            if let Some(tx) = listens.get(sub.as_str())
+                && tx.try_send(line.clone()).is_err()
+            {
+                tracing::warn!(upstream = %name, subscription = %sub, "listen consumer fell behind; dropping it");
+                listens.remove(sub.as_str());
+            }
         }
         Kind::Request => {
             // Modern servers send no requests; refuse rather than leave the server waiting.

@@ -297,3 +297,74 @@ async fn shutdown_ends_each_listen_with_a_result() {
     assert!(l.next_within(Duration::from_secs(5)).await.is_none(), "the stream ends after the result");
     shutdown.await.unwrap();
 }
+
+/// A client that stops reading: its listener coalesces instead of blocking anyone, and when it
+/// reads again it still learns of every URI that changed.
+#[tokio::test]
+async fn a_slow_listener_delays_no_one_and_loses_no_change() {
+    let (p, up) = proxy_with(|_| {}).await;
+    let uris: Vec<String> = (0..5).map(|i| format!("docs://item/{i}")).collect();
+    let filter = json!({"resourceSubscriptions": uris});
+
+    // The slow client: a tiny receive buffer, and a body nobody polls.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let stream = socket.connect(p.app.local_addr()).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(conn);
+    let body = json!({"jsonrpc": "2.0", "id": "slow", "method": "subscriptions/listen",
+                      "params": {"notifications": filter, "_meta": meta()}});
+    let req = http::Request::post(format!("http://{}/mcp", p.app.local_addr()))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body.to_string())))
+        .unwrap();
+    let slow = sender.send_request(req).await.unwrap();
+    assert_eq!(slow.status(), 200);
+
+    let mut fast = p.client.listen(json!("fast"), filter.clone()).await.unwrap();
+    fast.next().await;
+    upstream_listens(&up, vec![uris.iter().map(String::as_str).collect()]).await;
+
+    // A flood far larger than the socket buffers; the fast listener keeps up meanwhile.
+    let rounds = 4000;
+    for round in 0..rounds {
+        for uri in &uris {
+            up.sample.touch(uri);
+        }
+        if round % 50 == 0 {
+            // Pace the upstream so its own bounded event channel does not drop anything.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    up.sample.touch("docs://item/4");
+    let mut fast_seen = 0;
+    while let Some(m) = fast.next_within(Duration::from_millis(500)).await {
+        assert_eq!(m["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "fast");
+        fast_seen += 1;
+    }
+    assert!(fast_seen > 0);
+
+    // The slow client reads now: every URI is there, and repeats were coalesced.
+    use http_body_util::BodyExt;
+    let mut body = slow.into_body();
+    let mut decoder = resmux::upstream::sse::SseDecoder::new(1 << 20);
+    let mut learned = std::collections::HashSet::new();
+    let mut received = 0usize;
+    while learned.len() < uris.len() {
+        let frame = tokio::time::timeout(DEADLINE, body.frame()).await.expect("slow stream delivers").unwrap().unwrap();
+        if let Ok(data) = frame.into_data() {
+            decoder.push(&data);
+        }
+        while let Some(event) = decoder.next_event().unwrap() {
+            let m: Value = serde_json::from_str(&event.data).unwrap();
+            if m["method"] == "notifications/resources/updated" {
+                received += 1;
+                learned.insert(m["params"]["uri"].as_str().unwrap().to_owned());
+            }
+        }
+    }
+    assert!(received < rounds * uris.len(), "the stalled listener's changes were coalesced ({received})");
+}

@@ -13,7 +13,8 @@ use rmcp::model::{
     PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
     Resource, ResourceContents, ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::{RequestContext, RunningService};
+use rmcp::model::{ServerNotification, SubscriptionFilter};
+use rmcp::service::{RequestContext, RunningService, SubscriptionContext};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -27,18 +28,35 @@ use crate::support::*;
 use resmux::config::UpstreamConfig;
 use resmux::sample::SampleSpec;
 
-/// 23 resources in pages of 10, one tool, counted reads.
-#[derive(Clone, Default)]
+/// 23 resources in pages of 10, one tool, counted reads, and listens whose updates the
+/// test triggers.
+#[derive(Clone)]
 struct Library {
     reads: Arc<AtomicUsize>,
+    updates: tokio::sync::broadcast::Sender<String>,
+    /// URIs accepted by the listens currently running their handler.
+    listening: Arc<std::sync::Mutex<Vec<Vec<String>>>>,
+}
+
+impl Default for Library {
+    fn default() -> Self {
+        Self { reads: Arc::default(), updates: tokio::sync::broadcast::channel(64).0, listening: Arc::default() }
+    }
 }
 
 const COUNT: usize = 23;
 
 impl ServerHandler for Library {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_resources().enable_tools().build())
-            .with_server_info(Implementation::new("rmcp-library", "1.0.0"))
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_resources()
+                .enable_resources_subscribe()
+                .enable_resources_list_changed()
+                .enable_tools()
+                .build(),
+        )
+        .with_server_info(Implementation::new("rmcp-library", "1.0.0"))
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
@@ -100,6 +118,36 @@ impl ServerHandler for Library {
         )])
         .with_ttl_ms(60_000)
         .with_cache_scope(CacheScope::Public))
+    }
+
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        Some(requested.clone())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let mut updates = self.updates.subscribe();
+        let uris = context.accepted().resource_subscriptions.clone().unwrap_or_default();
+        self.listening.lock().unwrap().push(uris.clone());
+        let sink = context.sink().clone();
+        let outcome = loop {
+            tokio::select! {
+                _ = context.cancelled() => break Ok(()),
+                u = updates.recv() => match u {
+                    Ok(uri) if uris.contains(&uri) => {
+                        if sink.notify_resource_updated(uri).await.is_err() {
+                            break Ok(());
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => break Ok(()),
+                },
+            }
+        };
+        let mut listening = self.listening.lock().unwrap();
+        if let Some(i) = listening.iter().position(|u| *u == uris) {
+            listening.remove(i);
+        }
+        outcome
     }
 
     async fn call_tool(
@@ -215,6 +263,62 @@ async fn rmcp_client_through_the_proxy_to_an_rmcp_server_and_a_sample_server() {
     let out = client.call_tool(CallToolRequestParams::new("notes__echo").with_arguments(args)).await.expect("call");
     assert_eq!(out.content[0].as_text().unwrap().text, "hi");
 
+    client.cancel().await.ok();
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn rmcp_listen_through_the_proxy_to_an_rmcp_upstream() {
+    let cancel = CancellationToken::new();
+    let library = Library::default();
+    let lib_addr = rmcp_upstream(library.clone(), cancel.clone()).await;
+    let notes = sample_http(SampleSpec::notes()).await;
+    let mut cfg = config(vec![
+        UpstreamConfig::http("lib", &format!("http://{lib_addr}/mcp")),
+        UpstreamConfig::http("notes", &notes.url()),
+    ]);
+    cfg.hub.linger = std::time::Duration::from_millis(50);
+    let proxy = Proxy::start(cfg).await;
+    let client = rmcp_client(format!("http://{}/mcp", proxy.app.local_addr())).await;
+    assert!(client.peer_info().unwrap().capabilities.resources.as_ref().unwrap().subscribe == Some(true));
+
+    let filter = SubscriptionFilter::builder()
+        .resource_subscription("lib+lib://book/3")
+        .resource_subscription("notes+notes://status")
+        .build();
+    let mut sub = client.listen(filter).await.expect("listen through the proxy");
+    let acked = sub.acknowledged().resource_subscriptions.clone().unwrap_or_default();
+    assert_eq!(acked.len(), 2, "{acked:?}");
+
+    // The proxy's feed subscribed the rmcp upstream to the upstream-form URI.
+    let listening = library.listening.clone();
+    eventually("the rmcp upstream listens for lib://book/3", || {
+        let found = listening.lock().unwrap().iter().any(|u| u.contains(&"lib://book/3".to_owned()));
+        async move { found.then_some(()) }
+    })
+    .await;
+    library.updates.send("lib://book/3".into()).unwrap();
+    let n =
+        tokio::time::timeout(DEADLINE, sub.next()).await.expect("in time").expect("no error").expect("a notification");
+    match n {
+        ServerNotification::ResourceUpdatedNotification(u) => assert_eq!(u.params.uri, "lib+lib://book/3"),
+        other => panic!("unexpected {other:?}"),
+    }
+    // And from the sample upstream, through the same listen.
+    let sample = notes.sample.clone();
+    eventually("the sample upstream listens for notes://status", || {
+        let found = sample.active_subscriptions().iter().any(|u| u.contains(&"notes://status".to_owned()));
+        async move { found.then_some(()) }
+    })
+    .await;
+    notes.sample.bump();
+    let n =
+        tokio::time::timeout(DEADLINE, sub.next()).await.expect("in time").expect("no error").expect("a notification");
+    match n {
+        ServerNotification::ResourceUpdatedNotification(u) => assert_eq!(u.params.uri, "notes+notes://status"),
+        other => panic!("unexpected {other:?}"),
+    }
+    sub.cancel().await.ok();
     client.cancel().await.ok();
     cancel.cancel();
 }
