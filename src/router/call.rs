@@ -26,6 +26,10 @@ impl<'a> Call<'a> {
     pub fn upstream_params(&self, upstream: &Upstream, edit: impl FnOnce(&mut RawObject<'a>)) -> Vec<u8> {
         let mut meta = self.meta.clone();
         meta.set_string(mcp::META_PROTOCOL_VERSION, upstream.protocol_version());
+        // Legacy and stdio clients send no capabilities; modern upstreams require the key.
+        if !meta.contains(mcp::META_CLIENT_CAPABILITIES) {
+            meta.set(mcp::META_CLIENT_CAPABILITIES, Cow::Owned(crate::jsonrpc::parse_raw("{}").expect("valid").to_owned()));
+        }
         meta.remove("progressToken");
         let mut params = self.params.clone();
         params.set("_meta", Cow::Owned(meta.to_raw()));
