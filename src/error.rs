@@ -78,6 +78,8 @@ pub enum UpstreamError {
     Status { upstream: String, status: u16 },
     #[error("upstream `{upstream}` sent a message over {limit} bytes")]
     TooLarge { upstream: String, limit: usize },
+    #[error("upstream `{upstream}` no longer knows the proxy's session")]
+    SessionLost { upstream: String },
 }
 
 impl UpstreamError {
@@ -89,14 +91,15 @@ impl UpstreamError {
             | Self::Disconnected { upstream, .. }
             | Self::Protocol { upstream, .. }
             | Self::Status { upstream, .. }
-            | Self::TooLarge { upstream, .. } => upstream,
+            | Self::TooLarge { upstream, .. }
+            | Self::SessionLost { upstream } => upstream,
         }
     }
 
     /// Whether the request may be retried on a fresh connection: the request may not have
     /// reached the upstream (refused connection, process down, dropped connection).
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Unavailable { .. } | Self::Disconnected { .. })
+        matches!(self, Self::Unavailable { .. } | Self::Disconnected { .. } | Self::SessionLost { .. })
             || matches!(self, Self::Status { status, .. } if *status >= 500)
     }
 }

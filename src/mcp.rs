@@ -26,6 +26,8 @@ pub const H_PROTOCOL_VERSION: &str = "mcp-protocol-version";
 pub const H_METHOD: &str = "mcp-method";
 /// HTTP header mirroring `params.name` / `params.uri`.
 pub const H_NAME: &str = "mcp-name";
+/// Legacy HTTP header naming the session minted at `initialize`.
+pub const H_SESSION_ID: &str = "mcp-session-id";
 /// Prefix of the headers mirroring annotated tool arguments.
 pub const H_PARAM_PREFIX: &str = "mcp-param-";
 

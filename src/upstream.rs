@@ -1,10 +1,13 @@
 //! Upstream MCP servers. An [`Upstream`] is a cheap handle over one server: its transport
-//! (Streamable HTTP or a supervised stdio process), in-flight limit, deadline, id remapping,
-//! one retry for idempotent requests, and what `server/discover` told about it.
+//! (Streamable HTTP or a supervised stdio process), its protocol era (modern, or a legacy
+//! session), in-flight limit, deadline, id remapping, one retry for idempotent requests, and
+//! what discovery told about it.
 
 pub mod backoff;
 mod discovery;
+mod era;
 pub mod http;
+pub mod legacy;
 pub mod listen;
 mod reply;
 pub mod sse;
@@ -12,14 +15,16 @@ pub mod stdio;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Semaphore, broadcast, watch};
 use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use discovery::UpstreamInfo;
+pub use legacy::{Era, Unsolicited};
 pub use reply::Reply;
 
 use crate::config::{Transport as TransportConfig, UpstreamConfig};
@@ -40,16 +45,35 @@ struct Inner {
     /// Upstream-side JSON-RPC ids: one counter per upstream, so that requests of many
     /// downstream clients can share one channel without colliding.
     next_id: AtomicU64,
-    /// What the latest successful `server/discover` said; `None` until then.
+    /// What discovery (or a legacy `initialize`) said; `None` until then.
     info: RwLock<Option<Arc<UpstreamInfo>>>,
     /// Bumped each time `info` changes.
     info_version: watch::Sender<u64>,
+    /// The protocol era and, for legacy servers, the live session.
+    era: watch::Sender<Era>,
+    /// Serializes legacy re-initialization (one handshake however many requests saw the
+    /// session expire).
+    reinit: tokio::sync::Mutex<()>,
+    /// Legacy notifications that came unasked (and gaps in them), for the hub. Bounded: a
+    /// consumer that lags sees `Lagged` and treats it as a gap.
+    unsolicited: broadcast::Sender<Unsolicited>,
+    /// Legacy session numbering.
+    sessions: AtomicU64,
+    /// Whether a probe has finished (either way): until then requests wait briefly for the
+    /// era; afterwards an unknown era means unreachable, and requests fail fast.
+    probed: std::sync::atomic::AtomicBool,
+    /// The proxy's cancellation, for tasks started later (legacy GET streams).
+    cancel: CancellationToken,
 }
 
 enum Transport {
     Http(Box<http::HttpTransport>),
     Stdio(stdio::StdioTransport),
 }
+
+/// How long a request waits for the era of an upstream still being probed before it goes
+/// ahead in modern form.
+const ERA_WAIT: Duration = Duration::from_secs(2);
 
 impl Upstream {
     /// Builds the handle and starts what it runs in the background (a stdio process's
@@ -60,6 +84,7 @@ impl Upstream {
         cancel: &CancellationToken,
         tracker: &TaskTracker,
     ) -> Result<Self, String> {
+        let unsolicited = broadcast::channel(1024).0;
         let transport = match config.transport() {
             TransportConfig::Http { url } => {
                 let uri = url.parse().map_err(|e| format!("upstream `{}`: {e}", config.name))?;
@@ -81,6 +106,7 @@ impl Upstream {
                     cwd: config.cwd.clone(),
                     max_line: config.max_message_bytes,
                     backoff_max: config.restart_backoff_max,
+                    unsolicited: unsolicited.clone(),
                 };
                 Transport::Stdio(stdio::StdioTransport::spawn(spec, cancel.clone(), tracker))
             }
@@ -92,6 +118,12 @@ impl Upstream {
             next_id: AtomicU64::new(1),
             info: RwLock::new(None),
             info_version: watch::channel(0).0,
+            era: watch::channel(Era::Unknown).0,
+            reinit: tokio::sync::Mutex::new(()),
+            unsolicited,
+            sessions: AtomicU64::new(0),
+            probed: std::sync::atomic::AtomicBool::new(false),
+            cancel: cancel.clone(),
         }));
         tracker.spawn(discovery::run(upstream.clone(), cancel.clone()));
         Ok(upstream)
@@ -107,7 +139,7 @@ impl Upstream {
         &self.0.config
     }
 
-    /// What `server/discover` told, once known.
+    /// What discovery told, once known.
     pub fn info(&self) -> Option<Arc<UpstreamInfo>> {
         self.0.info.read().expect("info lock").clone()
     }
@@ -117,12 +149,12 @@ impl Upstream {
         self.0.info_version.send_modify(|v| *v += 1);
     }
 
-    /// Changes whenever what `server/discover` told changes.
+    /// Changes whenever what discovery told changes (era changes included).
     pub fn info_watch(&self) -> watch::Receiver<u64> {
         self.0.info_version.subscribe()
     }
 
-    /// Waits until `server/discover` has answered once, or `deadline`.
+    /// Waits until discovery has answered once, or `deadline`.
     pub async fn wait_info(&self, deadline: Instant) -> Option<Arc<UpstreamInfo>> {
         let mut rx = self.0.info_version.subscribe();
         loop {
@@ -135,19 +167,37 @@ impl Upstream {
         }
     }
 
-    /// The protocol version to speak to this upstream.
-    pub fn protocol_version(&self) -> &'static str {
-        mcp::MODERN_VERSION
+    /// The current protocol era.
+    pub fn current_era(&self) -> Era {
+        self.0.era.borrow().clone()
     }
 
-    /// The protocol era, as part of cache keys (0: 2026-07-28).
+    /// Receives legacy notifications the upstream sent unasked, and gaps in them.
+    pub fn unsolicited(&self) -> broadcast::Receiver<Unsolicited> {
+        self.0.unsolicited.subscribe()
+    }
+
+    /// The protocol version spoken to this upstream now.
+    pub fn protocol_version(&self) -> &str {
+        // The session's version lives as long as the era; a static str is simplest for callers.
+        match &*self.0.era.borrow() {
+            Era::Legacy(s) => legacy::VERSIONS.iter().find(|v| **v == s.version).copied().unwrap_or(mcp::MODERN_VERSION),
+            _ => mcp::MODERN_VERSION,
+        }
+    }
+
+    /// The protocol era, as part of cache keys (0: 2026-07-28, then the legacy versions).
     pub fn era(&self) -> u8 {
-        0
+        match &*self.0.era.borrow() {
+            Era::Legacy(s) => legacy::era_number(&s.version),
+            _ => 0,
+        }
     }
 
-    /// Sends one request with ready-made `params` and returns the upstream's answer.
-    /// `mcp_name` is mirrored into the `Mcp-Name` header. Requests other than `tools/call`
-    /// are retried once when the failure means the request may not have been processed.
+    /// Sends one request with ready-made `params` and returns the upstream's answer in
+    /// 2026-07-28 shape. `mcp_name` is mirrored into the `Mcp-Name` header. Requests other
+    /// than `tools/call` are retried once when the failure means the request may not have
+    /// been processed; a legacy session that expired is re-initialized first.
     pub async fn request(&self, method: &str, params: &[u8], mcp_name: Option<&str>) -> Result<Reply, UpstreamError> {
         let timeout = self.0.config.timeout;
         let deadline = Instant::now() + timeout;
@@ -156,14 +206,19 @@ impl Upstream {
             .await
             .map_err(|_| timed_out())?
             .expect("semaphore is never closed");
+        let mut era = self.wait_era(deadline).await;
         let retries = if method == mcp::method::TOOLS_CALL { 0 } else { 1 };
         let mut attempt = 0;
         loop {
-            let result = timeout_at(deadline, self.send_once(method, params, mcp_name))
+            let result = timeout_at(deadline, self.send(&era, method, params, mcp_name))
                 .await
                 .map_err(|_| timed_out())
                 .and_then(|r| r);
             match result {
+                Err(UpstreamError::SessionLost { .. }) if attempt == 0 => {
+                    attempt += 1;
+                    era = timeout_at(deadline, self.reinitialize(&era)).await.map_err(|_| timed_out())??;
+                }
                 Err(e) if e.is_retryable() && attempt < retries => {
                     tracing::debug!(upstream = %self.name(), error = %e, "retrying once");
                     attempt += 1;
@@ -173,41 +228,92 @@ impl Upstream {
         }
     }
 
-    async fn send_once(&self, method: &str, params: &[u8], mcp_name: Option<&str>) -> Result<Reply, UpstreamError> {
-        let id = RequestId::number(self.0.next_id.fetch_add(1, Ordering::Relaxed));
+    /// The era to send in: known, or (while probing) known within a short wait, or modern.
+    async fn wait_era(&self, deadline: Instant) -> Era {
+        let mut rx = self.0.era.subscribe();
+        let pinned_legacy = legacy::VERSIONS.contains(&self.0.config.protocol.as_str());
+        let until = if pinned_legacy {
+            deadline
+        } else if self.0.probed.load(Ordering::Acquire) {
+            Instant::now()
+        } else {
+            deadline.min(Instant::now() + ERA_WAIT)
+        };
+        let known = timeout_at(until, rx.wait_for(|e| !matches!(e, Era::Unknown))).await;
+        match known {
+            Ok(Ok(era)) => era.clone(),
+            _ => Era::Modern,
+        }
+    }
+
+    async fn send(&self, era: &Era, method: &str, params: &[u8], mcp_name: Option<&str>) -> Result<Reply, UpstreamError> {
+        match era {
+            Era::Legacy(session) => self.send_legacy(session, method, params).await,
+            _ => self.send_modern(method, params, mcp_name).await,
+        }
+    }
+
+    fn next_id(&self) -> RequestId {
+        RequestId::number(self.0.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    async fn send_modern(&self, method: &str, params: &[u8], mcp_name: Option<&str>) -> Result<Reply, UpstreamError> {
+        let id = self.next_id();
         let body: Bytes = encode_request(&id, method, params);
         match &self.0.transport {
             Transport::Http(t) => {
-                let mirrored = http::Mirrored { method, name: mcp_name, version: self.protocol_version() };
-                t.exchange(id.as_json(), body, &mirrored).await
+                let headers = http::Headers::Modern { method, name: mcp_name, version: mcp::MODERN_VERSION };
+                Ok(t.exchange(id.as_json(), body, &headers, &legacy::answer_server_request).await?.reply)
             }
             Transport::Stdio(t) => t.exchange(id.as_json(), body).await,
         }
     }
 
+    async fn send_legacy(&self, session: &legacy::Session, method: &str, params: &[u8]) -> Result<Reply, UpstreamError> {
+        let params = legacy::translate_params(params);
+        let id = self.next_id();
+        let body = encode_request(&id, method, &params);
+        let reply = match &self.0.transport {
+            Transport::Http(t) => {
+                let headers = http::Headers::Legacy { version: &session.version, session: session.id.as_deref() };
+                match t.exchange(id.as_json(), body, &headers, &legacy::answer_server_request).await {
+                    Ok(ex) if http::session_lost(ex.status, Some(&ex.reply)) => return Err(self.session_lost()),
+                    Ok(ex) => ex.reply,
+                    Err(UpstreamError::Status { status: 404, .. }) => return Err(self.session_lost()),
+                    Err(e) => return Err(e),
+                }
+            }
+            Transport::Stdio(t) => t.exchange(id.as_json(), body).await?,
+        };
+        Ok(legacy::translate_reply(method, &params, reply, &self.0.config))
+    }
+
+    fn session_lost(&self) -> UpstreamError {
+        UpstreamError::SessionLost { upstream: self.name().to_owned() }
+    }
+
     /// Opens a `subscriptions/listen` for `filter` (upstream URIs). The returned stream yields
-    /// the acknowledgment, the changes, and how it ended.
+    /// the acknowledgment, the changes, and how it ended. Modern upstreams only.
     pub async fn listen(&self, filter: &listen::Filter) -> Result<listen::UpstreamListen, UpstreamError> {
         let mut params: serde_json::Value = serde_json::from_str(&discovery::own_params()).expect("valid JSON");
         params["notifications"] = filter.to_json();
         let params = serde_json::to_vec(&params).expect("serializable");
         let method = mcp::method::LISTEN;
-        let id = RequestId::number(self.0.next_id.fetch_add(1, Ordering::Relaxed));
+        let id = self.next_id();
         let body = encode_request(&id, method, &params);
         let id_json = id.as_json().to_owned();
         match &self.0.transport {
             Transport::Http(t) => {
-                let mirrored = http::Mirrored { method, name: None, version: self.protocol_version() };
-                match t.open(&id_json, body, &mirrored).await? {
-                    http::Opened::Stream(stream) => Ok(listen::UpstreamListen::http(id_json, stream, t.max_message())),
-                    http::Opened::Reply(Reply::Error(e)) => Ok(listen::UpstreamListen::answered(
-                        id_json,
-                        listen::ListenEvent::End(listen::ListenEnd::Refused(e)),
-                    )),
-                    http::Opened::Reply(Reply::Result(_)) => Ok(listen::UpstreamListen::answered(
-                        id_json,
-                        listen::ListenEvent::End(listen::ListenEnd::Graceful),
-                    )),
+                let headers = http::Headers::Modern { method, name: None, version: mcp::MODERN_VERSION };
+                match t.open(&id_json, body, &headers).await? {
+                    http::Opened::Stream { body, .. } => Ok(listen::UpstreamListen::http(id_json, body, t.max_message())),
+                    http::Opened::Reply(ex) => {
+                        let end = match ex.reply {
+                            Reply::Error(e) => listen::ListenEnd::Refused(e),
+                            Reply::Result(_) => listen::ListenEnd::Graceful,
+                        };
+                        Ok(listen::UpstreamListen::answered(id_json, listen::ListenEvent::End(end)))
+                    }
                 }
             }
             Transport::Stdio(t) => {

@@ -58,6 +58,11 @@ pub struct UpstreamConfig {
     /// Whether this upstream's results may be cached. Default true.
     #[serde(default = "yes")]
     pub cache: bool,
+    /// Protocol era: `auto` (the default: probe with `server/discover`, fall back to the
+    /// legacy `initialize`), or a pinned version: `2026-07-28`, `2025-11-25`, `2025-06-18`,
+    /// `2025-03-26`.
+    #[serde(default = "default_protocol")]
+    pub protocol: String,
     /// Longest wait between restarts of a crashed stdio server (backoff doubles from 100 ms up
     /// to this). Default 30 s.
     #[serde(default = "default_restart_max", with = "humantime_serde")]
@@ -107,6 +112,7 @@ impl UpstreamConfig {
             default_ttl: Duration::ZERO,
             default_scope: CacheScopeDefault::default(),
             cache: true,
+            protocol: default_protocol(),
             restart_backoff_max: default_restart_max(),
         }
     }
@@ -172,6 +178,9 @@ fn default_in_flight() -> usize {
 }
 fn default_max_message() -> usize {
     16 << 20
+}
+fn default_protocol() -> String {
+    "auto".into()
 }
 fn default_restart_max() -> Duration {
     Duration::from_secs(30)

@@ -78,6 +78,10 @@ fn check_upstream(up: &UpstreamConfig) -> Vec<(&'static str, String)> {
     if up.timeout.is_zero() {
         errors.push(("timeout", "must be positive".into()));
     }
+    let known = ["auto", "2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"];
+    if !known.contains(&up.protocol.as_str()) {
+        errors.push(("protocol", format!("`{}` is not one of {known:?}", up.protocol)));
+    }
     if up.max_in_flight == 0 {
         errors.push(("max_in_flight", "must be at least 1".into()));
     }

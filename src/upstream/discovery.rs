@@ -7,7 +7,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::backoff::Backoff;
-use super::{Reply, Upstream};
+use super::Upstream;
 use crate::mcp;
 
 /// The parts of an upstream's `DiscoverResult` the proxy uses.
@@ -66,34 +66,31 @@ pub fn own_params() -> String {
     )
 }
 
-/// Discovers `upstream` until it answers, then again after each restart, until `cancel`.
+/// Establishes `upstream`'s era (and what it offers) until it answers, then again after each
+/// restart of a stdio process, until `cancel`.
 pub(super) async fn run(upstream: Upstream, cancel: CancellationToken) {
-    let params = own_params();
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
     loop {
         let outcome = tokio::select! {
             _ = cancel.cancelled() => return,
-            r = upstream.request(mcp::method::DISCOVER, params.as_bytes(), None) => r,
+            r = upstream.establish() => r,
         };
-        let info = match outcome {
-            Ok(Reply::Result(result)) => UpstreamInfo::from_result(&result),
-            Ok(Reply::Error(e)) => Err(e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        match info {
-            Ok(info) => {
-                // The process that answered (a restart during the request shows as a change).
+        upstream.mark_probed();
+        match outcome {
+            Ok(()) => {
+                // The process that answered (a restart during the probe shows as a change).
                 let generation = upstream.generation();
-                tracing::info!(upstream = %upstream.name(), capabilities = %info.capabilities, "upstream discovered");
-                upstream.set_info(Some(info));
+                if let Some(info) = upstream.info() {
+                    tracing::info!(upstream = %upstream.name(), capabilities = %info.capabilities, "upstream discovered");
+                }
                 backoff.reset();
                 tokio::select! {
                     _ = cancel.cancelled() => return,
-                    _ = upstream.restarted(generation) => upstream.set_info(None),
+                    _ = upstream.restarted(generation) => upstream.reset_era(),
                 }
             }
             Err(reason) => {
-                tracing::warn!(upstream = %upstream.name(), %reason, "server/discover failed; will retry");
+                tracing::warn!(upstream = %upstream.name(), %reason, "upstream discovery failed; will retry");
                 tokio::select! {
                     _ = cancel.cancelled() => return,
                     _ = tokio::time::sleep(backoff.next_delay()) => {}

@@ -1,5 +1,6 @@
-//! Modern Streamable HTTP upstreams: one POST per request through a pooled hyper-util client,
-//! answered with `application/json` or a `text/event-stream` ending in the response.
+//! Streamable HTTP upstreams: one POST per request through a pooled hyper-util client,
+//! answered with `application/json` or a `text/event-stream` ending in the response; for
+//! legacy servers also the session header, the standalone GET stream and DELETE.
 
 use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
@@ -12,6 +13,7 @@ use hyper_util::rt::TokioExecutor;
 use super::reply::Reply;
 use super::sse::SseDecoder;
 use crate::error::UpstreamError;
+use crate::jsonrpc::{Incoming, Kind};
 use crate::mcp::{self, header_value};
 
 /// The pooled HTTP client shared by every HTTP upstream. `TCP_NODELAY` is set: without it
@@ -39,15 +41,36 @@ pub struct HttpTransport {
 
 /// The answer to a POST: a decoded reply, or an SSE stream left for the caller to read.
 pub enum Opened {
-    Reply(Reply),
-    Stream(hyper::body::Incoming),
+    Reply(Exchanged),
+    Stream { body: hyper::body::Incoming, session: Option<String> },
 }
 
-/// What to put in the mirrored headers of one request.
-pub struct Mirrored<'a> {
-    pub method: &'a str,
-    pub name: Option<&'a str>,
-    pub version: &'a str,
+/// A decoded reply with what the HTTP layer said around it.
+pub struct Exchanged {
+    pub reply: Reply,
+    pub status: StatusCode,
+    /// The `Mcp-Session-Id` the upstream set (legacy `initialize`).
+    pub session: Option<String>,
+}
+
+/// The protocol headers of one request.
+#[derive(Clone, Copy)]
+pub enum Headers<'a> {
+    /// 2026-07-28: the version and the mirrored method and name.
+    Modern { method: &'a str, name: Option<&'a str>, version: &'a str },
+    /// 2025-xx: the negotiated version (sent from 2025-06-18 on) and the session, if any.
+    Legacy { version: &'a str, session: Option<&'a str> },
+}
+
+/// How a legacy upstream signals "your session is gone": 404, or (as the TypeScript SDK's
+/// example servers do) 400 with a -32000 error about the session.
+pub fn session_lost(status: StatusCode, reply: Option<&Reply>) -> bool {
+    if status == StatusCode::NOT_FOUND {
+        return true;
+    }
+    let Some(Reply::Error(e)) = reply else { return false };
+    let m = e.message.to_ascii_lowercase();
+    status == StatusCode::BAD_REQUEST && (m.contains("session") || m.contains("not initialized"))
 }
 
 impl HttpTransport {
@@ -67,54 +90,72 @@ impl HttpTransport {
         UpstreamError::Disconnected { upstream: self.name.clone(), reason: reason.to_string() }
     }
 
-    /// Sends one request and waits for its response.
-    pub async fn exchange(&self, id: &str, body: Bytes, mirrored: &Mirrored<'_>) -> Result<Reply, UpstreamError> {
-        match self.open(id, body, mirrored).await? {
-            Opened::Reply(reply) => Ok(reply),
-            Opened::Stream(body) => self.read_sse(id, body).await,
+    /// The header map of a request: configured credentials plus the protocol headers.
+    fn header_map(&self, headers: &Headers<'_>) -> HeaderMap {
+        let mut h = self.headers.clone();
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        h.insert(ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
+        match headers {
+            Headers::Modern { method, name, version } => {
+                h.insert(mcp::H_PROTOCOL_VERSION, header(version));
+                h.insert(mcp::H_METHOD, header(method));
+                if let Some(name) = name {
+                    h.insert(mcp::H_NAME, header(&header_value::encode(name)));
+                }
+            }
+            Headers::Legacy { version, session } => {
+                // 2025-03-26 servers predate the header.
+                if *version != "2025-03-26" {
+                    h.insert(mcp::H_PROTOCOL_VERSION, header(version));
+                }
+                if let Some(session) = session {
+                    h.insert(mcp::H_SESSION_ID, header(session));
+                }
+            }
+        }
+        h
+    }
+
+    async fn send(&self, method: Method, headers: HeaderMap, body: Bytes) -> Result<http::Response<hyper::body::Incoming>, UpstreamError> {
+        let mut req = Request::builder().method(method).uri(self.uri.clone());
+        *req.headers_mut().expect("builder is valid") = headers;
+        let req = req.body(Full::new(body)).map_err(|e| self.err_protocol(e))?;
+        self.client.request(req).await.map_err(|e| {
+            // A connect error never reached the upstream; anything else may have.
+            if e.is_connect() { self.err_unavailable(e) } else { self.err_disconnected(e) }
+        })
+    }
+
+    /// Sends one request and waits for its response. Requests the server sends meanwhile on
+    /// the response stream (legacy `ping`, `sampling`, …) are answered with `answer`.
+    pub async fn exchange(
+        &self,
+        id: &str,
+        body: Bytes,
+        headers: &Headers<'_>,
+        answer: &(dyn Fn(&Incoming<'_>) -> Option<Bytes> + Sync),
+    ) -> Result<Exchanged, UpstreamError> {
+        match self.open(id, body, headers).await? {
+            Opened::Reply(exchanged) => Ok(exchanged),
+            Opened::Stream { body, session } => {
+                let reply = self.read_sse(id, body, headers, answer).await?;
+                Ok(Exchanged { reply, status: StatusCode::OK, session })
+            }
         }
     }
 
     /// Sends one request; an SSE answer is handed back unread (listen streams), any other
     /// answer is read and decoded.
-    pub async fn open(&self, id: &str, body: Bytes, mirrored: &Mirrored<'_>) -> Result<Opened, UpstreamError> {
-        let mut req = Request::builder().method(Method::POST).uri(self.uri.clone());
-        let h = req.headers_mut().expect("builder is valid");
-        h.extend(self.headers.clone());
-        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        h.insert(ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
-        h.insert(mcp::H_PROTOCOL_VERSION, header(mirrored.version));
-        h.insert(mcp::H_METHOD, header(mirrored.method));
-        if let Some(name) = mirrored.name {
-            h.insert(mcp::H_NAME, header(&header_value::encode(name)));
-        }
-        let req = req.body(Full::new(body)).map_err(|e| self.err_protocol(e))?;
-        let resp = self.client.request(req).await.map_err(|e| {
-            // A connect error never reached the upstream; anything else may have.
-            if e.is_connect() { self.err_unavailable(e) } else { self.err_disconnected(e) }
-        })?;
+    pub async fn open(&self, id: &str, body: Bytes, headers: &Headers<'_>) -> Result<Opened, UpstreamError> {
+        let resp = self.send(Method::POST, self.header_map(headers), body).await?;
         let status = resp.status();
-        let is_sse = resp
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
-        if is_sse && status.is_success() {
-            return Ok(Opened::Stream(resp.into_body()));
+        let session = resp.headers().get(mcp::H_SESSION_ID).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        if is_sse(resp.headers()) && status.is_success() {
+            return Ok(Opened::Stream { body: resp.into_body(), session });
         }
-        let body = Limited::new(resp.into_body(), self.max_message)
-            .collect()
-            .await
-            .map_err(|e| {
-                if e.is::<http_body_util::LengthLimitError>() {
-                    UpstreamError::TooLarge { upstream: self.name.clone(), limit: self.max_message }
-                } else {
-                    self.err_disconnected(e)
-                }
-            })?
-            .to_bytes();
+        let body = self.collect(resp.into_body()).await?;
         match Reply::decode(&body, Some(id)) {
-            Ok(reply) => Ok(Opened::Reply(reply)),
+            Ok(reply) => Ok(Opened::Reply(Exchanged { reply, status, session })),
             // A non-2xx without a JSON-RPC body is an HTTP failure, not a protocol answer.
             Err(_) if !status.is_success() => {
                 Err(UpstreamError::Status { upstream: self.name.clone(), status: status.as_u16() })
@@ -126,12 +167,70 @@ impl HttpTransport {
         }
     }
 
+    /// POSTs a notification or a response (answered with 202).
+    pub async fn post_message(&self, body: Bytes, headers: &Headers<'_>) -> Result<StatusCode, UpstreamError> {
+        let resp = self.send(Method::POST, self.header_map(headers), body).await?;
+        let status = resp.status();
+        let _ = self.collect(resp.into_body()).await;
+        Ok(status)
+    }
+
+    /// Opens the legacy standalone GET stream, resuming after `last_event_id` when given.
+    pub async fn get_stream(
+        &self,
+        headers: &Headers<'_>,
+        last_event_id: Option<&str>,
+    ) -> Result<Result<hyper::body::Incoming, StatusCode>, UpstreamError> {
+        let mut h = self.header_map(headers);
+        h.remove(CONTENT_TYPE);
+        h.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        if let Some(last) = last_event_id {
+            h.insert("last-event-id", header(last));
+        }
+        let resp = self.send(Method::GET, h, Bytes::new()).await?;
+        let status = resp.status();
+        if status.is_success() && is_sse(resp.headers()) {
+            return Ok(Ok(resp.into_body()));
+        }
+        let _ = self.collect(resp.into_body()).await;
+        Ok(Err(status))
+    }
+
+    /// Ends a legacy session (DELETE), best effort.
+    pub async fn delete_session(&self, headers: &Headers<'_>) {
+        let mut h = self.header_map(headers);
+        h.remove(CONTENT_TYPE);
+        if let Ok(resp) = self.send(Method::DELETE, h, Bytes::new()).await {
+            let _ = self.collect(resp.into_body()).await;
+        }
+    }
+
+    async fn collect(&self, body: hyper::body::Incoming) -> Result<Bytes, UpstreamError> {
+        Limited::new(body, self.max_message)
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .map_err(|e| {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    UpstreamError::TooLarge { upstream: self.name.clone(), limit: self.max_message }
+                } else {
+                    self.err_disconnected(e)
+                }
+            })
+    }
+
     /// The largest message accepted.
     pub fn max_message(&self) -> usize {
         self.max_message
     }
 
-    async fn read_sse(&self, id: &str, mut body: hyper::body::Incoming) -> Result<Reply, UpstreamError> {
+    async fn read_sse(
+        &self,
+        id: &str,
+        mut body: hyper::body::Incoming,
+        headers: &Headers<'_>,
+        answer: &(dyn Fn(&Incoming<'_>) -> Option<Bytes> + Sync),
+    ) -> Result<Reply, UpstreamError> {
         let mut decoder = SseDecoder::new(self.max_message);
         loop {
             let frame = match body.frame().await {
@@ -151,12 +250,24 @@ impl HttpTransport {
                 if let Ok(reply) = Reply::decode(&message, Some(id)) {
                     return Ok(reply);
                 }
-                // Request-scoped notifications (progress, log messages) before the response
-                // are not relayed yet.
+                // A legacy server may ask the client something while it works on the call.
+                let Ok(text) = std::str::from_utf8(&message) else { continue };
+                if let Ok(msg) = Incoming::parse(text)
+                    && msg.kind == Kind::Request
+                    && let Some(response) = answer(&msg)
+                {
+                    let _ = self.post_message(response, headers).await;
+                    continue;
+                }
+                // Request-scoped notifications (progress, log messages) are not relayed.
                 tracing::trace!(upstream = %self.name, "skipping SSE message before the response");
             }
         }
     }
+}
+
+fn is_sse(headers: &HeaderMap) -> bool {
+    headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/event-stream"))
 }
 
 fn header(value: &str) -> HeaderValue {

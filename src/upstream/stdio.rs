@@ -23,7 +23,7 @@ use tokio_util::task::TaskTracker;
 use super::backoff::Backoff;
 use super::reply::Reply;
 use crate::error::UpstreamError;
-use crate::jsonrpc::{Incoming, Kind, RpcError, code, encode_error, encode_notification};
+use crate::jsonrpc::{Incoming, Kind, encode_notification};
 
 /// How to start the process.
 #[derive(Debug, Clone)]
@@ -36,6 +36,8 @@ pub struct StdioSpec {
     pub max_line: usize,
     /// Longest wait between restarts.
     pub backoff_max: Duration,
+    /// Where notifications outside any listen go (legacy servers send them unasked).
+    pub unsolicited: tokio::sync::broadcast::Sender<super::legacy::Unsolicited>,
 }
 
 /// A live process: the writer queue and the requests awaiting an answer.
@@ -134,6 +136,16 @@ impl StdioTransport {
             return Err(self.disconnected("process stdin closed"));
         }
         Ok((messages, guard))
+    }
+
+    /// Writes one line (a notification) to the live process.
+    pub async fn send_line(&self, line: Bytes) -> Result<(), UpstreamError> {
+        let mut rx = self.conn.clone();
+        let conn = match rx.wait_for(|c| c.is_some()).await {
+            Ok(c) => c.clone().expect("waited for Some"),
+            Err(_) => return Err(self.unavailable("supervisor stopped")),
+        };
+        conn.tx.send(line).await.map_err(|_| self.disconnected("process stdin closed"))
     }
 
     fn unavailable(&self, reason: &str) -> UpstreamError {
@@ -286,7 +298,7 @@ async fn run(
             _ = cancel.cancelled() => break,
             line = lines.next() => match line {
                 None => break,
-                Some(Ok(line)) => on_line(&spec.name, &conn, Bytes::from(line.into_bytes())),
+                Some(Ok(line)) => on_line(spec, &conn, Bytes::from(line.into_bytes())),
                 Some(Err(e)) => {
                     tracing::warn!(upstream = %spec.name, error = %e, "bad stdout line from upstream");
                     if matches!(e, tokio_util::codec::LinesCodecError::Io(_)) { break }
@@ -310,7 +322,8 @@ async fn run(
     tracing::warn!(upstream = %spec.name, generation, ?status, "stdio upstream exited");
 }
 
-fn on_line(name: &str, conn: &Conn, line: Bytes) {
+fn on_line(spec: &StdioSpec, conn: &Conn, line: Bytes) {
+    let name = spec.name.as_str();
     let Ok(text) = std::str::from_utf8(&line) else {
         tracing::warn!(upstream = %name, "non-UTF-8 line from upstream");
         return;
@@ -341,7 +354,10 @@ fn on_line(name: &str, conn: &Conn, line: Bytes) {
         }
         Kind::Notification => {
             let Some(sub) = super::listen::subscription_of(&msg) else {
-                tracing::trace!(upstream = %name, method = msg.method(), "notification outside any listen");
+                // Legacy servers announce changes unasked.
+                if let Some(change) = super::legacy::unsolicited(&msg) {
+                    let _ = spec.unsolicited.send(super::legacy::Unsolicited::Change(change));
+                }
                 return;
             };
             let mut listens = conn.listens.lock().expect("listens lock");
@@ -353,9 +369,10 @@ fn on_line(name: &str, conn: &Conn, line: Bytes) {
             }
         }
         Kind::Request => {
-            // Modern servers send no requests; refuse rather than leave the server waiting.
-            let err = RpcError::new(code::METHOD_NOT_FOUND, "the proxy does not serve requests from upstreams");
-            let _ = conn.tx.try_send(encode_error(msg.id.as_ref(), &err));
+            // Modern servers send none; legacy ones may ping or ask for things the proxy declines.
+            if let Some(answer) = super::legacy::answer_server_request(&msg) {
+                let _ = conn.tx.try_send(answer);
+            }
         }
     }
 }
