@@ -7,6 +7,7 @@ mod call;
 pub mod cursor;
 mod discover;
 mod forward;
+mod held;
 mod hints;
 mod merge;
 pub mod namespace;
@@ -47,6 +48,8 @@ struct Inner {
     private_until: Vec<[AtomicU64; 4]>,
     /// Origin of `private_until` (tokio's clock, which tests can pause).
     clock: tokio::time::Instant,
+    /// Upstream calls held open for MRTR relay.
+    held: held::HeldCalls,
 }
 
 impl Router {
@@ -59,6 +62,7 @@ impl Router {
             flights: Flights::default(),
             private_until,
             clock: tokio::time::Instant::now(),
+            held: held::HeldCalls::default(),
             ns: Namespace::new(&names),
             upstreams,
             cursors,

@@ -7,6 +7,7 @@
 mod content;
 mod handler;
 mod http;
+mod legacy;
 mod stdio;
 
 pub use content::{Profile, SampleSpec};

@@ -9,6 +9,7 @@ mod era;
 pub mod http;
 pub mod legacy;
 pub mod listen;
+pub mod relay;
 mod reply;
 pub mod sse;
 pub mod stdio;
@@ -41,7 +42,7 @@ struct Inner {
     transport: Transport,
     /// Bounds concurrent requests to this upstream (`max_in_flight`); waiters queue fairly and
     /// give up at their deadline.
-    in_flight: Semaphore,
+    in_flight: Arc<Semaphore>,
     /// Upstream-side JSON-RPC ids: one counter per upstream, so that requests of many
     /// downstream clients can share one channel without colliding.
     next_id: AtomicU64,
@@ -67,7 +68,7 @@ struct Inner {
 }
 
 enum Transport {
-    Http(Box<http::HttpTransport>),
+    Http(Arc<http::HttpTransport>),
     Stdio(stdio::StdioTransport),
 }
 
@@ -90,7 +91,7 @@ impl Upstream {
                 let uri = url.parse().map_err(|e| format!("upstream `{}`: {e}", config.name))?;
                 let headers = http::static_headers(&config.headers)
                     .map_err(|e| format!("upstream `{}` headers: {e}", config.name))?;
-                Transport::Http(Box::new(http::HttpTransport::new(
+                Transport::Http(Arc::new(http::HttpTransport::new(
                     config.name.clone(),
                     client.clone(),
                     uri,
@@ -112,7 +113,7 @@ impl Upstream {
             }
         };
         let upstream = Self(Arc::new(Inner {
-            in_flight: Semaphore::new(config.max_in_flight),
+            in_flight: Arc::new(Semaphore::new(config.max_in_flight)),
             config,
             transport,
             next_id: AtomicU64::new(1),
@@ -172,6 +173,11 @@ impl Upstream {
         self.0.era.borrow().clone()
     }
 
+    /// Changes whenever the era (or the legacy session) changes.
+    pub fn era_watch(&self) -> watch::Receiver<Era> {
+        self.0.era.subscribe()
+    }
+
     /// Receives legacy notifications the upstream sent unasked, and gaps in them.
     pub fn unsolicited(&self) -> broadcast::Receiver<Unsolicited> {
         self.0.unsolicited.subscribe()
@@ -181,7 +187,9 @@ impl Upstream {
     pub fn protocol_version(&self) -> &str {
         // The session's version lives as long as the era; a static str is simplest for callers.
         match &*self.0.era.borrow() {
-            Era::Legacy(s) => legacy::VERSIONS.iter().find(|v| **v == s.version).copied().unwrap_or(mcp::MODERN_VERSION),
+            Era::Legacy(s) => {
+                legacy::VERSIONS.iter().find(|v| **v == s.version).copied().unwrap_or(mcp::MODERN_VERSION)
+            }
             _ => mcp::MODERN_VERSION,
         }
     }
@@ -246,7 +254,13 @@ impl Upstream {
         }
     }
 
-    async fn send(&self, era: &Era, method: &str, params: &[u8], mcp_name: Option<&str>) -> Result<Reply, UpstreamError> {
+    async fn send(
+        &self,
+        era: &Era,
+        method: &str,
+        params: &[u8],
+        mcp_name: Option<&str>,
+    ) -> Result<Reply, UpstreamError> {
         match era {
             Era::Legacy(session) => self.send_legacy(session, method, params).await,
             _ => self.send_modern(method, params, mcp_name).await,
@@ -269,7 +283,12 @@ impl Upstream {
         }
     }
 
-    async fn send_legacy(&self, session: &legacy::Session, method: &str, params: &[u8]) -> Result<Reply, UpstreamError> {
+    async fn send_legacy(
+        &self,
+        session: &legacy::Session,
+        method: &str,
+        params: &[u8],
+    ) -> Result<Reply, UpstreamError> {
         let params = legacy::translate_params(params);
         let id = self.next_id();
         let body = encode_request(&id, method, &params);
@@ -286,6 +305,83 @@ impl Upstream {
             Transport::Stdio(t) => t.exchange(id.as_json(), body).await?,
         };
         Ok(legacy::translate_reply(method, &params, reply, &self.0.config))
+    }
+
+    /// Sends a call whose mid-call questions (legacy server requests with a method in `relay`)
+    /// are handed back instead of declined. Only legacy HTTP upstreams ask such questions on
+    /// the call's own stream; for any other upstream this is [`Upstream::request`].
+    pub async fn call_relayed(&self, method: &str, params: &[u8], relay: Vec<String>) -> Result<Relayed, UpstreamError> {
+        let timeout = self.0.config.timeout;
+        let deadline = Instant::now() + timeout;
+        let timed_out = || UpstreamError::Timeout { upstream: self.name().to_owned(), after: timeout };
+        let era = self.wait_era(deadline).await;
+        let (Era::Legacy(session), Transport::Http(t)) = (&era, &self.0.transport) else {
+            return self.request(method, params, None).await.map(Relayed::Done);
+        };
+        if relay.is_empty() {
+            return self.request(method, params, None).await.map(Relayed::Done);
+        }
+        let permit = timeout_at(deadline, self.0.in_flight.clone().acquire_owned())
+            .await
+            .map_err(|_| timed_out())?
+            .expect("semaphore is never closed");
+        let translated = legacy::translate_params(params).into_owned();
+        let id = self.next_id();
+        let body = encode_request(&id, method, &translated);
+        let headers = http::Headers::Legacy { version: &session.version, session: session.id.as_deref() };
+        let opened = timeout_at(deadline, t.open(id.as_json(), body, &headers)).await.map_err(|_| timed_out())??;
+        match opened {
+            http::Opened::Reply(ex) => {
+                if http::session_lost(ex.status, Some(&ex.reply)) {
+                    drop(permit);
+                    // A fresh session, then the plain path (no questions can be relayed there).
+                    self.reinitialize(&era).await?;
+                    return self.request(method, params, None).await.map(Relayed::Done);
+                }
+                Ok(Relayed::Done(legacy::translate_reply(method, &translated, ex.reply, &self.0.config)))
+            }
+            http::Opened::Stream { body, .. } => {
+                let owned = relay::OwnedHeaders { version: session.version.clone(), session: session.id.clone() };
+                let held = relay::hold(
+                    t.clone(),
+                    owned,
+                    id.as_json().to_owned(),
+                    body,
+                    relay,
+                    legacy::answer_server_request,
+                    Some(permit),
+                );
+                self.next_step(held, method, &translated).await
+            }
+        }
+    }
+
+    /// Answers the pending question of a held call and reads on to its next step.
+    pub async fn resume_relayed(&self, mut held: relay::HeldCall, method: &str, params: &[u8], answer: Bytes) -> Result<Relayed, UpstreamError> {
+        if !held.answer(answer).await {
+            return Err(UpstreamError::Disconnected { upstream: self.name().to_owned(), reason: "held call ended".into() });
+        }
+        let translated = legacy::translate_params(params).into_owned();
+        self.next_step(held, method, &translated).await
+    }
+
+    async fn next_step(&self, mut held: relay::HeldCall, method: &str, translated: &[u8]) -> Result<Relayed, UpstreamError> {
+        let timeout = self.0.config.timeout;
+        let step = tokio::time::timeout(timeout, held.next())
+            .await
+            .map_err(|_| UpstreamError::Timeout { upstream: self.name().to_owned(), after: timeout })?;
+        match step {
+            relay::Step::Asked(question) => Ok(Relayed::Asked(question, held)),
+            relay::Step::Done(Ok(reply)) => {
+                Ok(Relayed::Done(legacy::translate_reply(method, translated, reply, &self.0.config)))
+            }
+            relay::Step::Done(Err(e)) => Err(match e {
+                UpstreamError::Disconnected { reason, .. } => {
+                    UpstreamError::Disconnected { upstream: self.name().to_owned(), reason }
+                }
+                other => other,
+            }),
+        }
     }
 
     fn session_lost(&self) -> UpstreamError {
@@ -306,7 +402,9 @@ impl Upstream {
             Transport::Http(t) => {
                 let headers = http::Headers::Modern { method, name: None, version: mcp::MODERN_VERSION };
                 match t.open(&id_json, body, &headers).await? {
-                    http::Opened::Stream { body, .. } => Ok(listen::UpstreamListen::http(id_json, body, t.max_message())),
+                    http::Opened::Stream { body, .. } => {
+                        Ok(listen::UpstreamListen::http(id_json, body, t.max_message()))
+                    }
                     http::Opened::Reply(ex) => {
                         let end = match ex.reply {
                             Reply::Error(e) => listen::ListenEnd::Refused(e),
@@ -339,6 +437,13 @@ impl Upstream {
             Transport::Stdio(t) => t.wait_generation_change(seen).await,
         }
     }
+}
+
+/// The outcome of a call that may ask the client questions.
+pub enum Relayed {
+    Done(Reply),
+    /// The upstream asked something; the call is held until the client answers.
+    Asked(relay::ServerRequest, relay::HeldCall),
 }
 
 impl std::fmt::Debug for Upstream {

@@ -15,19 +15,33 @@ pub struct ProxyConfig {
     /// Instructions placed first in the proxy's `server/discover` result, before those of the
     /// upstreams. Default none.
     pub instructions: Option<String>,
-    /// HMAC key for list cursors (and, later, session ids), so that every replica sharing the
-    /// key accepts the others' cursors. Default: a random key per process, which is right for
-    /// a single replica.
+    /// Secret behind the proxy's signed tokens: list cursors and legacy `Mcp-Session-Id`s (each
+    /// use gets its own key derived from it), so that every replica sharing the secret accepts
+    /// the others' cursors and session ids. Default: random keys per process, which is right
+    /// for a single replica.
     pub cursor_secret: Option<SecretSource>,
     /// `ttlMs` of the proxy's own `server/discover` result once every upstream has been
     /// discovered (before that it is 0). Default 60 s.
     #[serde(with = "humantime_serde")]
     pub discover_ttl: Duration,
+    /// Most upstream calls held open at once while downstream clients answer a legacy
+    /// server's questions (MRTR relay); beyond it, questions are declined. Default 1,024.
+    pub max_held_calls: usize,
+    /// How long a held call waits for the client's retry before it is abandoned. Default 10 min.
+    #[serde(with = "humantime_serde")]
+    pub held_call_ttl: Duration,
 }
 
 impl Default for ProxyConfig {
     fn default() -> Self {
-        Self { name: "resmux".into(), instructions: None, cursor_secret: None, discover_ttl: Duration::from_secs(60) }
+        Self {
+            name: "resmux".into(),
+            instructions: None,
+            cursor_secret: None,
+            discover_ttl: Duration::from_secs(60),
+            max_held_calls: 1024,
+            held_call_ttl: Duration::from_secs(600),
+        }
     }
 }
 

@@ -6,16 +6,17 @@
 //! produces; a set that only shrinks is applied after a linger. A dropped stream is re-opened
 //! with jittered exponential backoff, and everything watched there is resynchronised.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 
 use super::Hub;
-use crate::upstream::Upstream;
 use crate::upstream::backoff::Backoff;
+use crate::upstream::legacy::{Era, Session, Unsolicited};
 use crate::upstream::listen::{Change, Filter, ListKind, ListenEnd, ListenEvent, UpstreamListen};
+use crate::upstream::{Reply, Upstream};
 
 /// How long after a switch a change already delivered by the old stream is dropped when the
 /// new one repeats it.
@@ -60,11 +61,117 @@ async fn open(upstream: &Upstream, want: &Filter, ack_timeout: Duration) -> Resu
 /// Runs the feed of upstream `index` until `cancel`.
 pub(super) async fn run(hub: Hub, index: usize, cancel: CancellationToken) {
     let upstream = hub.0.upstreams[index].clone();
+    let mut era = upstream.era_watch();
+    let mut state = FeedState::default();
+    loop {
+        let current = era.borrow_and_update().clone();
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = era.changed() => {}
+            _ = async {
+                match current {
+                    Era::Legacy(session) => run_legacy(&hub, index, &session, &mut state).await,
+                    _ => run_modern(&hub, index, &mut state).await,
+                }
+            } => return,
+        }
+    }
+}
+
+/// What a feed remembers across era changes.
+#[derive(Default)]
+struct FeedState {
+    /// Notifications may have been missed since the last time the feed was listening.
+    lost: bool,
+    /// The legacy session last subscribed in.
+    session: Option<u64>,
+}
+
+/// A legacy upstream: `resources/subscribe` / `unsubscribe` for the union of listeners' URIs
+/// (refcounted by the hub, removals after the linger), changes arriving unsolicited.
+async fn run_legacy(hub: &Hub, index: usize, session: &Session, state: &mut FeedState) {
+    let upstream = hub.0.upstreams[index].clone();
+    let cfg = hub.0.config.clone();
+    let mut desired = hub.0.desired[index].subscribe();
+    let mut unsolicited = upstream.unsolicited();
+    let mut subscribed: BTreeSet<String> = BTreeSet::new();
+    let mut remove_at: Option<Instant> = None;
+    let mut retry_at: Option<Instant> = None;
+    if state.session.is_some_and(|s| s != session.generation) || state.lost {
+        // A new session starts with no subscriptions, and what happened meanwhile is unknown.
+        hub.stream_lost(index);
+        hub.resync(index);
+    }
+    state.session = Some(session.generation);
+    state.lost = false;
+    loop {
+        let want = effective(hub, &upstream, &desired.borrow_and_update()).uris;
+        for uri in want.difference(&subscribed).cloned().collect::<Vec<_>>() {
+            match legacy_call(&upstream, "resources/subscribe", &uri).await {
+                Ok(()) => {
+                    subscribed.insert(uri);
+                }
+                Err(reason) => {
+                    tracing::warn!(upstream = %upstream.name(), %uri, %reason, "resources/subscribe failed; will retry");
+                    retry_at = Some(Instant::now() + Duration::from_secs(1));
+                }
+            }
+        }
+        let gone: Vec<String> = subscribed.difference(&want).cloned().collect();
+        if gone.is_empty() {
+            remove_at = None;
+        } else if remove_at.is_some_and(|at| at <= Instant::now()) {
+            for uri in gone {
+                if let Err(reason) = legacy_call(&upstream, "resources/unsubscribe", &uri).await {
+                    tracing::debug!(upstream = %upstream.name(), %uri, %reason, "resources/unsubscribe failed");
+                }
+                subscribed.remove(&uri);
+            }
+            remove_at = None;
+        } else if remove_at.is_none() {
+            remove_at = Some(Instant::now() + cfg.linger);
+        }
+        let wake = remove_at.into_iter().chain(retry_at).min();
+        let timer = async {
+            match wake {
+                Some(at) => sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = desired.changed() => {}
+            _ = timer => retry_at = None,
+            msg = unsolicited.recv() => match msg {
+                Ok(Unsolicited::Change(change)) => hub.dispatch(index, &change),
+                Ok(Unsolicited::Gap) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    hub.stream_lost(index);
+                    hub.resync(index);
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            },
+        }
+    }
+}
+
+/// A legacy `resources/subscribe` or `unsubscribe`.
+async fn legacy_call(upstream: &Upstream, method: &str, uri: &str) -> Result<(), String> {
+    let params = serde_json::to_vec(&serde_json::json!({ "uri": uri })).expect("serializable");
+    match upstream.request(method, &params, None).await {
+        Ok(Reply::Result(_)) => Ok(()),
+        Ok(Reply::Error(e)) => Err(e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// A modern upstream: one standing `subscriptions/listen`, switched make-before-break.
+async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
+    let hub = hub.clone();
+    let upstream = hub.0.upstreams[index].clone();
     let cfg = hub.0.config.clone();
     let mut desired = hub.0.desired[index].subscribe();
     let mut info = upstream.info_watch();
     let mut backoff = Backoff::new(Duration::from_millis(100), cfg.reconnect_max);
-    let mut lost = false;
+    let lost = &mut state.lost;
     let mut current: Option<(UpstreamListen, Filter)> = None;
     let mut shrink_at: Option<Instant> = None;
     let mut dedupe: Option<(HashSet<Change>, Instant)> = None;
@@ -73,7 +180,6 @@ pub(super) async fn run(hub: Hub, index: usize, cancel: CancellationToken) {
         let Some((mut stream, have)) = current.take() else {
             if want.is_empty() {
                 tokio::select! {
-                    _ = cancel.cancelled() => return,
                     _ = desired.changed() => {}
                     _ = info.changed() => {}
                 }
@@ -83,24 +189,21 @@ pub(super) async fn run(hub: Hub, index: usize, cancel: CancellationToken) {
                 Ok(stream) => {
                     hub.0.opened[index].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::debug!(upstream = %upstream.name(), filter = %want.to_json(), "upstream listen open");
-                    if lost {
+                    if *lost {
                         tracing::info!(upstream = %upstream.name(), "upstream listen re-opened; resynchronising");
                         hub.resync(index);
-                        lost = false;
+                        *lost = false;
                     }
                     backoff.reset();
                     current = Some((stream, want));
                 }
                 Err(reason) => {
                     tracing::warn!(upstream = %upstream.name(), %reason, "upstream listen failed");
-                    if !lost {
+                    if !*lost {
                         hub.stream_lost(index);
-                        lost = true;
+                        *lost = true;
                     }
-                    tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        _ = sleep(backoff.next_delay()) => {}
-                    }
+                    sleep(backoff.next_delay()).await;
                 }
             }
             continue;
@@ -148,7 +251,6 @@ pub(super) async fn run(hub: Hub, index: usize, cancel: CancellationToken) {
             }
         };
         tokio::select! {
-            _ = cancel.cancelled() => return,
             _ = desired.changed() => current = Some((stream, have)),
             _ = linger => current = Some((stream, have)),
             event = stream.next() => match event {
@@ -174,11 +276,8 @@ pub(super) async fn run(hub: Hub, index: usize, cancel: CancellationToken) {
                         _ => tracing::warn!(upstream = %upstream.name(), ?end, "upstream listen lost"),
                     }
                     hub.stream_lost(index);
-                    lost = true;
-                    tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        _ = sleep(backoff.next_delay()) => {}
-                    }
+                    *lost = true;
+                    sleep(backoff.next_delay()).await;
                 }
             },
         }

@@ -77,6 +77,23 @@ impl Router {
             let what = if call.method == m::TOOLS_CALL { "tool" } else { "prompt" };
             return Err(DownstreamError::InvalidParams(format!("unknown {what} `{name}`")).into());
         };
+        // MRTR relay with legacy upstreams: a retry of a held call, or a call whose client can
+        // answer questions, on a route with one upstream.
+        let single = match &route {
+            Route::Prefixed(i, t) => Some((*i, *t)),
+            Route::Unprefixed(list, t) if list.len() == 1 => Some((list[0], *t)),
+            Route::Unprefixed(..) => None,
+        };
+        if let Some((index, target)) = single {
+            if let Some(state) = call.params.get_str("requestState")
+                && super::held::is_handle(&state)
+            {
+                return self.resume_held(call, &state, target).await;
+            }
+            if !super::held::relayable(&call.meta).is_empty() {
+                return self.call_relaying(call, index, target).await;
+            }
+        }
         let (index, reply) = self.forward(call, route, Target::Name, |p, v| p.set_string("name", v)).await?;
         match reply {
             Reply::Result(body) => {
@@ -146,7 +163,7 @@ impl Router {
         last.ok_or_else(|| Error::Internal("no upstream candidates".into()))
     }
 
-    fn rewrite(&self, r: Result<Bytes, String>, index: usize) -> Result<Bytes, Error> {
+    pub(super) fn rewrite(&self, r: Result<Bytes, String>, index: usize) -> Result<Bytes, Error> {
         r.map_err(|reason| {
             crate::error::UpstreamError::Protocol { upstream: self.0.upstreams[index].name().to_owned(), reason }.into()
         })

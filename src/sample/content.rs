@@ -34,6 +34,9 @@ pub struct SampleSpec {
     pub tick: Option<Duration>,
     /// Whether the `crash` tool exists (it ends the process; stdio tests use it).
     pub crashable: bool,
+    /// Speak the legacy 2025-11-25 revision over HTTP instead: `initialize`, sessions,
+    /// `resources/subscribe`, a GET stream, no `resultType`/`ttlMs`/`cacheScope`.
+    pub legacy: bool,
 }
 
 impl SampleSpec {
@@ -50,6 +53,7 @@ impl SampleSpec {
             delay: Duration::ZERO,
             tick: None,
             crashable: false,
+            legacy: false,
         }
     }
 

@@ -32,6 +32,8 @@ struct Inner {
     active: Mutex<HashMap<u64, Vec<String>>>,
     /// Fetches of the private resources (`me`, `secret`), numbering their contents.
     private_reads: AtomicU64,
+    /// Legacy-mode sessions.
+    sessions: super::legacy::Sessions,
     /// Listen streams open now, and opened in total.
     listens_open: AtomicU64,
     listens_total: AtomicU64,
@@ -68,6 +70,7 @@ impl Sample {
             updates: broadcast::channel(16 * 1024).0,
             active: Mutex::new(HashMap::new()),
             private_reads: AtomicU64::new(0),
+            sessions: Default::default(),
             listens_open: AtomicU64::new(0),
             listens_total: AtomicU64::new(0),
         }))
@@ -76,6 +79,10 @@ impl Sample {
     /// The spec it was built from.
     pub fn spec(&self) -> &SampleSpec {
         &self.0.spec
+    }
+
+    pub(super) fn sessions(&self) -> &super::legacy::Sessions {
+        &self.0.sessions
     }
 
     /// Requests received for `method`.
@@ -162,9 +169,14 @@ impl Sample {
         });
     }
 
+    /// Counts a request received for `method`.
+    pub(super) fn note(&self, method: &str) {
+        *self.0.counts.lock().expect("counts").entry(method.to_owned()).or_default() += 1;
+    }
+
     /// Serves one request.
     pub async fn handle(&self, method: &str, params: &RawObject<'_>) -> Handled {
-        *self.0.counts.lock().expect("counts").entry(method.to_owned()).or_default() += 1;
+        self.note(method);
         if !self.0.spec.delay.is_zero() {
             tokio::time::sleep(self.0.spec.delay).await;
         }

@@ -93,6 +93,9 @@ async fn serve(sample: &Sample, req: Request<hyper::body::Incoming>, cancel: Can
     if req.uri().path() != "/mcp" {
         return status(StatusCode::NOT_FOUND);
     }
+    if sample.spec().legacy {
+        return super::legacy::serve(sample, req, cancel).await;
+    }
     if req.method() != Method::POST {
         return status(StatusCode::METHOD_NOT_ALLOWED);
     }

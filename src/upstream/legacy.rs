@@ -45,12 +45,13 @@ pub enum Unsolicited {
     Gap,
 }
 
-/// `initialize` params: the proxy's identity; no client capabilities, so the server neither
-/// asks for roots nor offers tools that need sampling or elicitation.
+/// `initialize` params: the proxy's identity and the client capabilities it can relay.
 pub fn initialize_params(version: &str) -> Vec<u8> {
     serde_json::to_vec(&json!({
         "protocolVersion": version,
-        "capabilities": {},
+        // Elicitation and sampling are relayed to downstream clients that declare them (MRTR)
+        // and declined otherwise; roots are not offered (servers would ask unprompted).
+        "capabilities": {"elicitation": {}, "sampling": {}},
         "clientInfo": {"name": "resmux", "version": env!("CARGO_PKG_VERSION")},
     }))
     .expect("serializable")
@@ -222,7 +223,8 @@ mod tests {
     fn results_get_modern_fields_and_not_found_is_32602() {
         let mut cfg = UpstreamConfig::http("a", "http://x/mcp");
         cfg.default_ttl = Duration::from_secs(5);
-        let r = translate_reply(m::RESOURCES_READ, b"{}", Reply::Result(Bytes::from_static(br#"{"contents":[]}"#)), &cfg);
+        let r =
+            translate_reply(m::RESOURCES_READ, b"{}", Reply::Result(Bytes::from_static(br#"{"contents":[]}"#)), &cfg);
         let Reply::Result(b) = r else { panic!() };
         let v: Value = serde_json::from_slice(&b).unwrap();
         assert_eq!(v, json!({"contents": [], "resultType": "complete", "ttlMs": 5000, "cacheScope": "private"}));

@@ -4,6 +4,7 @@
 mod support;
 
 mod cache;
+mod legacy_upstream;
 mod listen;
 mod merge;
 mod namespace;
