@@ -1,9 +1,12 @@
-//! Builds the running proxy from a [`Config`]: upstream handles, router, endpoint, listener;
-//! one cancellation tree; shutdown in order (stop accepting, drain, stop upstreams).
+//! Builds the running proxy from a [`Config`]: upstream handles, cache, router and hub (shared
+//! by both downstream modes), then either the HTTP endpoint and its listener (`serve`) or the
+//! stdio endpoint (`stdio`); one cancellation tree; shutdown in order (stop accepting, drain,
+//! stop upstreams).
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -11,6 +14,7 @@ use tokio_util::task::TaskTracker;
 use crate::auth::Authenticator;
 use crate::cache::Cache;
 use crate::config::Config;
+use crate::downstream::legacy::{SessionKey, Sessions};
 use crate::downstream::{self, Endpoint};
 use crate::hub::Hub;
 use crate::router::Router;
@@ -26,11 +30,19 @@ pub enum StartError {
     Bind { addr: SocketAddr, source: std::io::Error },
 }
 
-/// A running proxy.
+/// A running proxy serving HTTP.
 pub struct App {
     addr: SocketAddr,
+    core: Core,
+}
+
+/// What every downstream mode serves from: the upstreams behind the router, the cache and the
+/// hub, under one cancellation tree.
+struct Core {
     router: Router,
     hub: Hub,
+    /// Signs legacy session ids; derived from `proxy.cursor_secret` when set.
+    session_key: SessionKey,
     cancel: CancellationToken,
     tracker: TaskTracker,
 }
@@ -38,9 +50,9 @@ pub struct App {
 /// How long background tasks get to stop after cancellation before they are abandoned.
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
-impl App {
-    /// Validates `config`, starts the upstreams and listens.
-    pub async fn start(config: Config) -> Result<Self, StartError> {
+impl Core {
+    /// Validates `config` and starts the upstreams, cache, router and hub.
+    fn build(config: &Config) -> Result<Self, StartError> {
         let problems = config.validate();
         if !problems.is_empty() {
             return Err(StartError::Config(problems.into_iter().map(|(p, m)| format!("{p}: {m}")).collect()));
@@ -56,15 +68,15 @@ impl App {
                 Err(e) => errors.push(e),
             }
         }
-        let cursors = match &config.proxy.cursor_secret {
+        let (cursors, session_key) = match &config.proxy.cursor_secret {
             Some(secret) => match secret.resolve() {
-                Ok(key) => CursorCodec::new(key.as_bytes()),
+                Ok(key) => (CursorCodec::new(key.as_bytes()), SessionKey::derive(key.as_bytes())),
                 Err(e) => {
                     errors.push(format!("proxy.cursor_secret: {e}"));
-                    CursorCodec::random()
+                    (CursorCodec::random(), SessionKey::random())
                 }
             },
-            None => CursorCodec::random(),
+            None => (CursorCodec::random(), SessionKey::random()),
         };
         if !errors.is_empty() {
             cancel.cancel();
@@ -73,15 +85,55 @@ impl App {
         let cache = Cache::new(config.cache.clone(), upstreams.len());
         let router = Router::new(upstreams.clone(), config.proxy.clone(), cursors, cache.clone());
         let hub = Hub::start(config.hub.clone(), upstreams, router.namespace().clone(), cache, &cancel, &tracker);
-        let endpoint = Endpoint::new(router.clone(), hub.clone(), Authenticator::new(), &config.listen);
-        let listener = TcpListener::bind(config.listen.addr).await.map_err(|source| {
-            cancel.cancel();
-            StartError::Bind { addr: config.listen.addr, source }
-        })?;
-        let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: config.listen.addr, source })?;
-        tracker.spawn(downstream::serve(listener, endpoint, config.listen.max_connections, cancel.clone()));
-        tracing::info!(%addr, path = %config.listen.path, upstreams = config.upstreams.len(), "resmux listening");
-        Ok(Self { addr, router, hub, cancel, tracker })
+        Ok(Self { router, hub, session_key, cancel, tracker })
+    }
+
+    async fn shutdown(self) {
+        self.cancel.cancel();
+        self.tracker.close();
+        if tokio::time::timeout(STOP_GRACE, self.tracker.wait()).await.is_err() {
+            tracing::warn!("some tasks did not stop in time");
+        }
+    }
+}
+
+impl App {
+    /// Validates `config`, starts the upstreams and listens on HTTP.
+    pub async fn start(config: Config) -> Result<Self, StartError> {
+        let core = Core::build(&config)?;
+        let listen = &config.listen;
+        let sessions = Sessions::new(core.session_key.clone(), listen.max_legacy_sessions, listen.legacy_session_idle);
+        sessions.start_sweeper(&core.cancel, &core.tracker);
+        let endpoint = Endpoint::new(core.router.clone(), core.hub.clone(), Authenticator::new(), listen, sessions);
+        let bound = match TcpListener::bind(listen.addr).await {
+            Ok(listener) => listener.local_addr().map(|addr| (listener, addr)),
+            Err(e) => Err(e),
+        };
+        let (listener, addr) = match bound {
+            Ok(bound) => bound,
+            Err(source) => {
+                core.shutdown().await;
+                return Err(StartError::Bind { addr: listen.addr, source });
+            }
+        };
+        core.tracker.spawn(downstream::serve(listener, endpoint, listen.max_connections, core.cancel.clone()));
+        tracing::info!(%addr, path = %listen.path, upstreams = config.upstreams.len(), "resmux listening");
+        Ok(Self { addr, core })
+    }
+
+    /// Validates `config`, starts the upstreams and serves one client on `input`/`output`
+    /// (stdin/stdout) until `input` ends; then shuts down.
+    pub async fn stdio<R, W>(config: Config, input: R, output: W) -> Result<(), StartError>
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let core = Core::build(&config)?;
+        tracing::info!(upstreams = config.upstreams.len(), "resmux serving stdio");
+        let (router, hub) = (core.router.clone(), core.hub.clone());
+        downstream::stdio::serve(router, hub, config.listen.max_body_bytes, input, output).await;
+        core.shutdown().await;
+        Ok(())
     }
 
     /// The bound address (useful with port 0).
@@ -91,20 +143,16 @@ impl App {
 
     /// The router (tests inspect upstream state through it).
     pub fn router(&self) -> &Router {
-        &self.router
+        &self.core.router
     }
 
     /// The subscription hub.
     pub fn hub(&self) -> &Hub {
-        &self.hub
+        &self.core.hub
     }
 
     /// Stops accepting, drains open requests, stops upstream processes.
     pub async fn shutdown(self) {
-        self.cancel.cancel();
-        self.tracker.close();
-        if tokio::time::timeout(STOP_GRACE, self.tracker.wait()).await.is_err() {
-            tracing::warn!("some tasks did not stop in time");
-        }
+        self.core.shutdown().await;
     }
 }

@@ -1,10 +1,16 @@
-//! The downstream side: the Streamable HTTP endpoint clients connect to.
+//! The downstream side: what clients connect to. The Streamable HTTP endpoint (modern
+//! requests, and legacy sessions on the same path) and the stdio endpoint (one client on
+//! stdin/stdout), both in front of the same router, cache and hub.
 
 mod body;
+mod framing;
 mod http;
+pub mod legacy;
 mod listen;
 mod listener;
 mod origin;
+mod respond;
+pub mod stdio;
 pub mod validate;
 
 pub use http::Endpoint;

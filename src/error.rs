@@ -60,6 +60,16 @@ pub enum DownstreamError {
     UnsupportedMediaType,
     #[error("Limit reached: {0}")]
     LimitReached(String),
+    /// A legacy request names a session this proxy does not accept (forged, ended or evicted):
+    /// the legacy transport's 404, which tells the client to initialize again.
+    #[error("Session not found; send initialize to start a new session")]
+    SessionNotFound,
+    /// A second legacy standalone stream for one session.
+    #[error("Conflict: only one SSE stream is allowed per session")]
+    StreamConflict,
+    /// The request's `Accept` header excludes every type the answer could take.
+    #[error("Not acceptable: {0}")]
+    NotAcceptable(String),
 }
 
 /// An upstream that could not produce an answer. (An upstream that answers with a JSON-RPC
@@ -166,6 +176,9 @@ impl Error {
                     (StatusCode::UNSUPPORTED_MEDIA_TYPE, RpcError::new(code::INVALID_REQUEST, msg))
                 }
                 D::LimitReached(_) => (StatusCode::TOO_MANY_REQUESTS, RpcError::new(code::INVALID_REQUEST, msg)),
+                D::SessionNotFound => (StatusCode::NOT_FOUND, RpcError::new(code::INVALID_REQUEST, msg)),
+                D::StreamConflict => (StatusCode::CONFLICT, RpcError::new(code::INVALID_REQUEST, msg)),
+                D::NotAcceptable(_) => (StatusCode::NOT_ACCEPTABLE, RpcError::new(code::INVALID_REQUEST, msg)),
             },
             Error::Upstream(u) => {
                 let status = match u {
@@ -201,6 +214,8 @@ mod tests {
             (DownstreamError::UnsupportedVersion { requested: "1".into(), supported: vec![] }.into(), 400, -32022),
             (DownstreamError::BodyTooLarge { limit: 1 }.into(), 413, -32600),
             (DownstreamError::OriginNotAllowed.into(), 403, -32600),
+            (DownstreamError::SessionNotFound.into(), 404, -32600),
+            (DownstreamError::StreamConflict.into(), 409, -32600),
             (UpstreamError::Timeout { upstream: "a".into(), after: Duration::from_secs(1) }.into(), 504, -32603),
         ];
         for (err, status, code) in cases {

@@ -24,6 +24,12 @@ enum Command {
         #[arg(short, long)]
         config: PathBuf,
     },
+    /// Serve one MCP client on stdin/stdout (for apps that launch MCP servers as processes).
+    /// Stdout carries JSON-RPC only; logs go to stderr.
+    Stdio {
+        #[arg(short, long)]
+        config: PathBuf,
+    },
     /// Check a configuration file and report every error at once.
     Check {
         #[arg(short, long)]
@@ -72,6 +78,11 @@ async fn main() -> Result<()> {
             let app = App::start(config).await?;
             shutdown_signal().await;
             app.shutdown().await;
+        }
+        Command::Stdio { config } => {
+            let config = config::load(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
+            resmux::telemetry::init(&config.log);
+            App::stdio(config, tokio::io::stdin(), tokio::io::stdout()).await?;
         }
         Command::Check { config } => match config::load(&config) {
             Ok(c) => println!("{}: ok ({} upstreams)", config.display(), c.upstreams.len()),

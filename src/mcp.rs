@@ -9,6 +9,10 @@ pub const MODERN_VERSION: &str = "2026-07-28";
 /// Versions the proxy accepts on a modern-shaped request.
 pub const SUPPORTED_MODERN: &[&str] = &[MODERN_VERSION];
 
+/// Legacy (2025-xx) revisions the proxy serves to clients that open with `initialize`, newest
+/// first; the first is offered when a client asks for one it does not know.
+pub const SUPPORTED_LEGACY: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+
 /// `_meta` key carrying the request's protocol version.
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 /// `_meta` key carrying the request's client capabilities.
@@ -49,6 +53,17 @@ pub mod method {
     pub const TOOLS_LIST_CHANGED: &str = "notifications/tools/list_changed";
     pub const PROMPTS_LIST_CHANGED: &str = "notifications/prompts/list_changed";
     pub const ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
+}
+
+/// Methods of the legacy (2025-xx) revisions that 2026-07-28 removed; the proxy serves them to
+/// legacy sessions only.
+pub mod legacy_method {
+    pub const INITIALIZE: &str = "initialize";
+    pub const INITIALIZED: &str = "notifications/initialized";
+    pub const PING: &str = "ping";
+    pub const SET_LEVEL: &str = "logging/setLevel";
+    pub const SUBSCRIBE: &str = "resources/subscribe";
+    pub const UNSUBSCRIBE: &str = "resources/unsubscribe";
 }
 
 /// Which request parameter the `Mcp-Name` header mirrors for `method`, if any.

@@ -1,6 +1,7 @@
 //! `[listen]`: the downstream HTTP endpoint.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -23,6 +24,17 @@ pub struct ListenConfig {
     /// Most concurrent downstream connections; further connections wait in the accept queue.
     /// Default 10,000.
     pub max_connections: usize,
+    /// Most legacy (2025-xx) sessions held at once. A session is minted by a legacy
+    /// `initialize` and holds the client's `resources/subscribe` set and its standalone GET
+    /// stream; at the bound, sessions idle past `legacy_session_idle` are evicted first, and
+    /// if none is, a new `initialize` gets 429. A session that has subscribed or holds its GET
+    /// stream also counts as one listen toward the `[hub]` limits. Default 10,000.
+    pub max_legacy_sessions: usize,
+    /// A legacy session with no open GET stream that sends nothing for this long is evicted:
+    /// its subscriptions are dropped and its id gets 404, so the client initializes again.
+    /// Default 30 min.
+    #[serde(with = "humantime_serde")]
+    pub legacy_session_idle: Duration,
 }
 
 impl Default for ListenConfig {
@@ -34,6 +46,8 @@ impl Default for ListenConfig {
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             max_connections: 10_000,
+            max_legacy_sessions: 10_000,
+            legacy_session_idle: Duration::from_secs(30 * 60),
         }
     }
 }

@@ -21,6 +21,12 @@ impl Config {
         if self.listen.max_connections == 0 {
             err("listen.max_connections".into(), "must be at least 1");
         }
+        if self.listen.max_legacy_sessions == 0 {
+            err("listen.max_legacy_sessions".into(), "must be at least 1");
+        }
+        if self.listen.legacy_session_idle.is_zero() {
+            err("listen.legacy_session_idle".into(), "must be positive");
+        }
         if self.cache.min_ttl > self.cache.max_ttl {
             err("cache.min_ttl".into(), "must not exceed cache.max_ttl");
         }

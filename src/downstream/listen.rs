@@ -1,7 +1,8 @@
-//! Downstream `subscriptions/listen` over SSE: the acknowledgment first, then the changes the
-//! listener subscribed to, each tagged with the listen's own id; keep-alive comments while
-//! idle; a successful result at shutdown; the listener is dropped when the client goes away
-//! or stops reading for longer than the configured time.
+//! Downstream `subscriptions/listen`, over SSE (HTTP) or interleaved lines (stdio): the
+//! acknowledgment first, then the changes the listener subscribed to, each tagged with the
+//! listen's own id; keep-alive comments while idle on SSE; a successful result at shutdown;
+//! the listener is dropped when the client goes away, cancels, or stops reading for longer
+//! than the configured time.
 
 use std::time::Duration;
 
@@ -11,8 +12,10 @@ use http::{HeaderValue, Response};
 use http_body_util::Either;
 use tokio::sync::mpsc;
 use tokio::time::{MissedTickBehavior, interval, timeout};
+use tokio_util::sync::CancellationToken;
 
 use super::body::{Body, ChannelBody};
+use super::framing::Framing;
 use crate::auth::Principal;
 use crate::error::{DownstreamError, Error};
 use crate::hub::{Hub, Pend, Subscription};
@@ -21,72 +24,103 @@ use crate::mcp::{self, method as m};
 use crate::upstream::listen::Filter;
 
 /// SSE frames buffered per listener between the writer and the connection. Small on purpose:
-/// changes wait (and coalesce) in the listener's pending set, not here.
+/// changes wait (and coalesce) in the listener's pending set, not here; when it is full the
+/// writer waits, up to the slow-listener timeout.
 const FRAMES: usize = 8;
 
 /// Starts a listen stream for a validated request.
 pub fn open(hub: &Hub, id: &RequestId, params: &RawObject<'_>, principal: &Principal) -> Result<Response<Body>, Error> {
+    let subscription = subscribe(hub, id, params, principal)?;
+    let (tx, rx) = mpsc::channel(FRAMES);
+    let opts = WriteOptions {
+        framing: Framing::Sse,
+        // Over HTTP a listen is cancelled by closing its stream, which the writer sees as a
+        // closed channel; nothing else cancels it.
+        cancelled: CancellationToken::new(),
+        finish: hub.shutdown_token().clone(),
+        slow: hub.config().slow_listener_timeout,
+    };
+    tokio::spawn(write(hub.clone(), subscription, tx, opts));
+    Ok(sse_response(rx))
+}
+
+/// Registers the listen that a validated `subscriptions/listen` request asks for.
+pub(super) fn subscribe(
+    hub: &Hub,
+    id: &RequestId,
+    params: &RawObject<'_>,
+    principal: &Principal,
+) -> Result<Subscription, Error> {
     let bad = |m: String| Error::from(DownstreamError::InvalidParams(m));
     let raw = params.get("notifications").ok_or_else(|| bad("missing `notifications` filter".into()))?;
     let value: serde_json::Value = serde_json::from_str(raw.get()).map_err(|e| bad(e.to_string()))?;
     let filter = Filter::from_json(&value).map_err(bad)?;
-    let subscription = hub.subscribe(principal, id.clone(), &filter)?;
-    let (tx, rx) = mpsc::channel(FRAMES);
-    tokio::spawn(write(hub.clone(), subscription, tx));
+    hub.subscribe(principal, id.clone(), &filter)
+}
+
+/// A streaming response whose SSE frames come from `rx`.
+pub(super) fn sse_response(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
     let mut resp = Response::new(Either::Right(ChannelBody::new(rx)));
     let h = resp.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    Ok(resp)
+    resp
 }
 
-async fn write(hub: Hub, sub: Subscription, tx: mpsc::Sender<Bytes>) {
+/// How a listen is written, and how it may end besides its client going away.
+pub(super) struct WriteOptions {
+    pub framing: Framing,
+    /// The client cancelled it (stdio `notifications/cancelled`): it ends without a response.
+    pub cancelled: CancellationToken,
+    /// The proxy (or the stdio connection) is ending: the listen ends with a successful result.
+    pub finish: CancellationToken,
+    /// A client that accepts no write for this long is dropped.
+    pub slow: Duration,
+}
+
+/// Writes one listen: the acknowledgment first, then its changes as they come, keep-alives
+/// while idle (where the framing has them), until the client goes away or stops reading, it
+/// is cancelled, or it is finished.
+pub(super) async fn write(hub: Hub, sub: Subscription, tx: mpsc::Sender<Bytes>, opts: WriteOptions) {
     let cfg = hub.config().clone();
     let sid = sub.listener.subscription.as_json().to_owned();
-    let slow = cfg.slow_listener_timeout;
+    let WriteOptions { framing, cancelled, finish, slow } = opts;
     let send = |frame: Bytes| {
         let tx = &tx;
         async move { matches!(timeout(slow, tx.send(frame)).await, Ok(Ok(()))) }
     };
-    if !send(frame(&ack(&sid, &sub.honoured))).await {
+    if !send(framing.frame(&ack(&sid, &sub.honoured))).await {
         return;
     }
+    let keepalive_frame = framing.keepalive();
     let mut keepalive = interval(cfg.keepalive.max(Duration::from_millis(10)));
     keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
     keepalive.tick().await;
-    let shutdown = hub.shutdown_token().clone();
     loop {
         tokio::select! {
             biased;
-            _ = shutdown.cancelled() => {
-                let _ = timeout(Duration::from_secs(1), tx.send(frame(&final_result(&sid)))).await;
+            _ = cancelled.cancelled() => return,
+            _ = finish.cancelled() => {
+                let _ = timeout(Duration::from_secs(1), tx.send(framing.frame(&final_result(&sid)))).await;
                 return;
             }
             _ = tx.closed() => return,
             _ = sub.listener.woken() => {
                 for change in sub.listener.take() {
-                    if !send(frame(&notification(&sid, &change))).await {
+                    if !send(framing.frame(&notification(&sid, &change))).await {
                         tracing::info!(listener = sub.listener.id, "closing a listener that stopped reading");
                         return;
                     }
                 }
             }
-            _ = keepalive.tick() => {
-                if !send(Bytes::from_static(b":\n\n")).await {
+            _ = keepalive.tick(), if keepalive_frame.is_some() => {
+                if !send(keepalive_frame.clone().expect("checked")).await {
                     return;
                 }
             }
         }
     }
-}
-
-fn frame(message: &[u8]) -> Bytes {
-    let mut out = Vec::with_capacity(message.len() + 8);
-    out.extend_from_slice(b"data: ");
-    out.extend_from_slice(message);
-    out.extend_from_slice(b"\n\n");
-    Bytes::from(out)
 }
 
 fn meta(out: &mut Vec<u8>, sid: &str) {

@@ -1,6 +1,6 @@
-//! The spec's request validation for Streamable HTTP (reference §1.4, §1.7, §2.1): required
-//! `_meta` fields, mirrored headers against the body, supported version, known method.
-//! Shared by the proxy's endpoint and the built-in sample server.
+//! The spec's request validation (reference §1.4, §1.7, §2.1): required `_meta` fields,
+//! mirrored headers against the body (Streamable HTTP only), supported version, known method.
+//! Shared by the proxy's endpoints (HTTP and stdio) and the built-in sample server.
 
 use http::HeaderMap;
 
@@ -35,6 +35,16 @@ fn reject(id: Option<&RequestId>, error: DownstreamError) -> Rejected {
 
 /// Validates one POST body against its headers.
 pub fn check<'a>(headers: &HeaderMap, msg: &'a Incoming<'a>) -> Result<Body<'a>, Rejected> {
+    check_with(Some(headers), msg)
+}
+
+/// Validates one message of a transport without headers (stdio): everything but the
+/// mirrored headers.
+pub fn check_body<'a>(msg: &'a Incoming<'a>) -> Result<Body<'a>, Rejected> {
+    check_with(None, msg)
+}
+
+fn check_with<'a>(headers: Option<&HeaderMap>, msg: &'a Incoming<'a>) -> Result<Body<'a>, Rejected> {
     let id = match msg.kind {
         Kind::Notification => return Ok(Body::Notification),
         Kind::Response => {
@@ -66,6 +76,32 @@ pub fn check<'a>(headers: &HeaderMap, msg: &'a Incoming<'a>) -> Result<Body<'a>,
         None => return Err(missing(mcp::META_CLIENT_CAPABILITIES)),
     }
 
+    if let Some(headers) = headers {
+        check_headers(headers, id, method, &version, &params)?;
+    }
+    if !mcp::SUPPORTED_MODERN.contains(&version.as_str()) {
+        return Err(reject(
+            Some(id),
+            DownstreamError::UnsupportedVersion {
+                requested: version,
+                supported: mcp::SUPPORTED_MODERN.iter().map(|s| s.to_string()).collect(),
+            },
+        ));
+    }
+    if !mcp::is_known_request(method) {
+        return Err(reject(Some(id), DownstreamError::MethodNotFound(method.to_owned())));
+    }
+    Ok(Body::Request(Checked { id: id.clone(), method, params, meta }))
+}
+
+/// The mirrored headers against the body (reference §2.1).
+fn check_headers(
+    headers: &HeaderMap,
+    id: &RequestId,
+    method: &str,
+    version: &str,
+    params: &RawObject<'_>,
+) -> Result<(), Rejected> {
     let mismatch = |m: String| reject(Some(id), DownstreamError::HeaderMismatch(m));
     let header = |name: &str| -> Result<String, Rejected> {
         let raw = headers.get(name).ok_or_else(|| mismatch(format!("missing {name} header")))?;
@@ -91,19 +127,17 @@ pub fn check<'a>(headers: &HeaderMap, msg: &'a Incoming<'a>) -> Result<Body<'a>,
             )));
         }
     }
-    if !mcp::SUPPORTED_MODERN.contains(&version.as_str()) {
-        return Err(reject(
-            Some(id),
-            DownstreamError::UnsupportedVersion {
-                requested: version,
-                supported: mcp::SUPPORTED_MODERN.iter().map(|s| s.to_string()).collect(),
-            },
-        ));
-    }
-    if !mcp::is_known_request(method) {
-        return Err(reject(Some(id), DownstreamError::MethodNotFound(method.to_owned())));
-    }
-    Ok(Body::Request(Checked { id: id.clone(), method, params, meta }))
+    Ok(())
+}
+
+/// Whether a message opens the modern way: its `params._meta` names a protocol version. Such
+/// a message is served statelessly whatever else it carries (a dual-era server picks the
+/// era from the request's shape, reference §7); anything else may belong to a legacy session.
+pub fn is_modern(msg: &Incoming<'_>) -> bool {
+    msg.params
+        .and_then(|p| RawObject::parse(p).ok())
+        .and_then(|p| p.get_borrowed("_meta").and_then(|m| RawObject::parse(m).ok()))
+        .is_some_and(|meta| meta.contains(mcp::META_PROTOCOL_VERSION))
 }
 
 /// Maps a codec failure to the downstream error.

@@ -4,10 +4,13 @@
 mod support;
 
 mod cache;
+mod legacy;
+mod legacy_sdk;
 mod legacy_upstream;
 mod listen;
 mod merge;
 mod namespace;
 mod rmcp_interop;
 mod stdio;
+mod stdio_downstream;
 mod wire;

@@ -1,0 +1,146 @@
+//! Legacy sessions over Streamable HTTP (2025-03-26 .. 2025-11-25): `initialize` mints the
+//! `Mcp-Session-Id`; later POSTs carry it; GET opens the session's standalone SSE stream;
+//! DELETE ends the session.
+//!
+//! Statuses: an id that does not verify, or that names a session this process ended, is 404
+//! on POST, GET and DELETE alike: the legacy transport's "session expired, initialize again",
+//! which a legacy client understands whatever the method. (A GET or DELETE without any session
+//! id is the modern endpoint's 405.) Errors answering a request travel in a 200 response, as
+//! legacy servers send them; the transport's own refusals keep their statuses (400 for an
+//! unsupported `MCP-Protocol-Version`, 406, 409 for a second stream, 429 at the limits).
+
+use bytes::Bytes;
+use http::header::ACCEPT;
+use http::{HeaderMap, HeaderValue, StatusCode};
+use tokio::sync::mpsc;
+
+use super::stream::{StreamOptions, pump};
+use super::{Legacy, Sessions, rpc_error};
+use crate::auth::Principal;
+use crate::downstream::framing::Framing;
+use crate::downstream::listen::sse_response;
+use crate::downstream::respond::{self, Resp, empty, json};
+use crate::error::{DownstreamError, Error, Side};
+use crate::jsonrpc::{Incoming, Kind, encode_error, encode_result};
+use crate::mcp;
+
+/// SSE frames buffered between a session's stream writer and its connection. Small on
+/// purpose: changes wait (and coalesce) in the session's hub listener; when this is full the
+/// writer waits, up to the slow-listener timeout, then closes the stream.
+const FRAMES: usize = 8;
+
+/// A legacy `initialize` (no modern `_meta`): answered by the proxy, with a new session id.
+pub async fn initialize(legacy: &Legacy, sessions: &Sessions, msg: &Incoming<'_>, principal: &Principal) -> Resp {
+    let id = msg.id.as_ref().expect("requests have ids");
+    let (version, result) = match legacy.initialize(msg.params, principal).await {
+        Ok(answer) => answer,
+        Err(e) => return error_answer(Some(id), &e, "initialize"),
+    };
+    let (token, _) = match sessions.create(version) {
+        Ok(created) => created,
+        Err(e) => return respond::error(Some(id), e),
+    };
+    let mut resp = json(StatusCode::OK, encode_result(id, &result));
+    resp.headers_mut().insert(mcp::H_SESSION_ID, HeaderValue::from_str(&token).expect("base64url is a valid header"));
+    resp
+}
+
+/// A POST in a legacy session.
+pub async fn post(
+    legacy: &Legacy,
+    sessions: &Sessions,
+    headers: &HeaderMap,
+    session_id: &HeaderValue,
+    msg: &Incoming<'_>,
+    principal: &Principal,
+) -> Resp {
+    let session = match resolve(sessions, session_id).and_then(|s| check_version(headers).map(|()| s)) {
+        Ok(s) => s,
+        Err(e) => return respond::error(msg.id.as_ref(), e),
+    };
+    let id = match msg.kind {
+        // `notifications/initialized` and `notifications/cancelled` need nothing: each
+        // request is answered on its own POST, and the proxy sends no server requests whose
+        // answers (`Kind::Response`) it would wait for.
+        Kind::Notification | Kind::Response => return empty(StatusCode::ACCEPTED),
+        Kind::Request => msg.id.as_ref().expect("requests have ids"),
+    };
+    match legacy.request(&session, msg.method(), msg.params, principal).await {
+        Ok(answer) => respond::answer(id, answer),
+        Err(e) => error_answer(Some(id), &e, msg.method()),
+    }
+}
+
+/// GET: the session's standalone SSE stream of unsolicited notifications.
+pub fn get(
+    legacy: &Legacy,
+    sessions: &Sessions,
+    headers: &HeaderMap,
+    session_id: &HeaderValue,
+    principal: &Principal,
+) -> Resp {
+    let accepts_sse = headers.get_all(ACCEPT).iter().any(|v| {
+        v.to_str().is_ok_and(|v| {
+            v.split(',')
+                .any(|t| matches!(t.split(';').next().map(str::trim), Some("text/event-stream" | "text/*" | "*/*")))
+        })
+    });
+    let opened = resolve(sessions, session_id).and_then(|session| {
+        check_version(headers)?;
+        if !accepts_sse {
+            return Err(DownstreamError::NotAcceptable("the stream is text/event-stream".into()).into());
+        }
+        let guard = session.open_stream(legacy.hub(), principal)?;
+        Ok((session, guard))
+    });
+    let (session, guard) = match opened {
+        Ok(x) => x,
+        Err(e) => return respond::error(None, e),
+    };
+    let (tx, rx) = mpsc::channel::<Bytes>(FRAMES);
+    let cfg = legacy.hub().config();
+    let opts = StreamOptions {
+        framing: Framing::Sse,
+        keepalive: cfg.keepalive,
+        slow: cfg.slow_listener_timeout,
+        stop: legacy.hub().shutdown_token().clone(),
+    };
+    tokio::spawn(pump(session, guard, tx, opts));
+    sse_response(rx)
+}
+
+/// DELETE: ends the session.
+pub fn delete(sessions: &Sessions, session_id: &HeaderValue) -> Resp {
+    match session_id.to_str().map_err(|_| Error::from(DownstreamError::SessionNotFound)).and_then(|t| sessions.end(t)) {
+        Ok(()) => empty(StatusCode::OK),
+        Err(e) => respond::error(None, e),
+    }
+}
+
+fn resolve(sessions: &Sessions, session_id: &HeaderValue) -> Result<std::sync::Arc<super::Session>, Error> {
+    let token = session_id.to_str().map_err(|_| DownstreamError::SessionNotFound)?;
+    sessions.resolve(token)
+}
+
+/// `MCP-Protocol-Version` on a legacy request: absent means 2025-03-26; present, it must be a
+/// legacy version the proxy speaks (a 400 otherwise, as the legacy transport prescribes).
+fn check_version(headers: &HeaderMap) -> Result<(), Error> {
+    let Some(value) = headers.get(mcp::H_PROTOCOL_VERSION) else { return Ok(()) };
+    let requested = String::from_utf8_lossy(value.as_bytes()).into_owned();
+    if mcp::SUPPORTED_LEGACY.contains(&requested.as_str()) {
+        return Ok(());
+    }
+    Err(DownstreamError::UnsupportedVersion {
+        requested,
+        supported: mcp::SUPPORTED_LEGACY.iter().map(|s| s.to_string()).collect(),
+    }
+    .into())
+}
+
+/// An error answering a legacy request: 200, legacy codes.
+fn error_answer(id: Option<&crate::jsonrpc::RequestId>, e: &Error, method: &str) -> Resp {
+    if e.side() != Side::Downstream {
+        tracing::warn!(method, error = %e, "legacy request failed");
+    }
+    json(StatusCode::OK, encode_error(id, &rpc_error(e)))
+}

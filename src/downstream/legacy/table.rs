@@ -1,0 +1,244 @@
+//! The legacy sessions of this process, keyed by the nonce inside their signed ids.
+//!
+//! Bounded: at most `max` live sessions. Sessions idle (no request, no open stream) for longer
+//! than `idle` are evicted by a periodic sweep, and first of all when the table is full. An
+//! evicted or deleted session leaves a tombstone, so that its id gets 404 (the legacy "session
+//! expired, initialize again") instead of silently coming back without its subscriptions;
+//! tombstones are bounded too, oldest forgotten first. A valid id this process has never seen
+//! (minted by a replica sharing the secret, or before a restart) is adopted as a fresh session.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::{Instant, MissedTickBehavior, interval};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::session::Session;
+use super::token::{Nonce, SessionKey};
+use crate::error::{DownstreamError, Error};
+
+/// Cheap handle over the table.
+#[derive(Clone)]
+pub struct Sessions(Arc<Inner>);
+
+struct Inner {
+    key: SessionKey,
+    /// Most live sessions.
+    max: usize,
+    /// Quiet time after which a session without a stream is evicted.
+    idle: Duration,
+    table: Mutex<Table>,
+}
+
+#[derive(Default)]
+struct Table {
+    live: HashMap<Nonce, Arc<Session>>,
+    ended: Tombstones,
+}
+
+/// Nonces of sessions this process ended, at most `cap`, oldest forgotten first.
+#[derive(Default)]
+struct Tombstones {
+    order: VecDeque<Nonce>,
+    set: HashSet<Nonce>,
+}
+
+impl Tombstones {
+    fn insert(&mut self, nonce: Nonce, cap: usize) {
+        if !self.set.insert(nonce) {
+            return;
+        }
+        self.order.push_back(nonce);
+        while self.order.len() > cap {
+            let old = self.order.pop_front().expect("non-empty");
+            self.set.remove(&old);
+        }
+    }
+}
+
+impl Sessions {
+    pub fn new(key: SessionKey, max: usize, idle: Duration) -> Self {
+        Self(Arc::new(Inner { key, max: max.max(1), idle, table: Mutex::default() }))
+    }
+
+    /// Sweeps idle sessions periodically until `cancel`.
+    pub fn start_sweeper(&self, cancel: &CancellationToken, tracker: &TaskTracker) {
+        let me = self.clone();
+        let cancel = cancel.clone();
+        // A quarter of the idle time keeps eviction within 25 % of its deadline.
+        let period = (self.0.idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(60));
+        tracker.spawn(async move {
+            let mut tick = interval(period);
+            tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tick.tick() => { me.sweep(); }
+                }
+            }
+        });
+    }
+
+    /// Starts a session for `version`; returns its id. At the bound (after evicting idle
+    /// sessions) the answer is 429.
+    pub fn create(&self, version: &str) -> Result<(String, Arc<Session>), Error> {
+        self.create_at(version, Instant::now())
+    }
+
+    fn create_at(&self, version: &str, now: Instant) -> Result<(String, Arc<Session>), Error> {
+        let (token, verified) = self.0.key.mint(version);
+        let mut table = self.0.table.lock().expect("sessions");
+        self.make_room(&mut table, now)?;
+        let session = Session::new(verified.version, now);
+        table.live.insert(verified.nonce, session.clone());
+        Ok((token, session))
+    }
+
+    /// The session a request names, marked active. A forged or ended id is 404.
+    pub fn resolve(&self, token: &str) -> Result<Arc<Session>, Error> {
+        self.resolve_at(token, Instant::now())
+    }
+
+    fn resolve_at(&self, token: &str, now: Instant) -> Result<Arc<Session>, Error> {
+        let verified = self.0.key.verify(token).ok_or(DownstreamError::SessionNotFound)?;
+        let mut table = self.0.table.lock().expect("sessions");
+        if table.ended.set.contains(&verified.nonce) {
+            return Err(DownstreamError::SessionNotFound.into());
+        }
+        if let Some(session) = table.live.get(&verified.nonce) {
+            session.touch(now);
+            return Ok(session.clone());
+        }
+        self.make_room(&mut table, now)?;
+        let session = Session::new(verified.version, now);
+        table.live.insert(verified.nonce, session.clone());
+        Ok(session)
+    }
+
+    /// Ends the session a request names (DELETE).
+    pub fn end(&self, token: &str) -> Result<(), Error> {
+        let verified = self.0.key.verify(token).ok_or(DownstreamError::SessionNotFound)?;
+        let mut table = self.0.table.lock().expect("sessions");
+        if table.ended.set.contains(&verified.nonce) {
+            return Err(DownstreamError::SessionNotFound.into());
+        }
+        if let Some(session) = table.live.remove(&verified.nonce) {
+            session.end();
+        }
+        table.ended.insert(verified.nonce, self.0.max);
+        Ok(())
+    }
+
+    /// Evicts the sessions idle for longer than the idle time; returns how many.
+    pub fn sweep(&self) -> usize {
+        self.sweep_at(Instant::now())
+    }
+
+    fn sweep_at(&self, now: Instant) -> usize {
+        let mut table = self.0.table.lock().expect("sessions");
+        self.evict_idle(&mut table, now)
+    }
+
+    /// Live sessions now.
+    pub fn len(&self) -> usize {
+        self.0.table.lock().expect("sessions").live.len()
+    }
+
+    /// Whether no session is live.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn make_room(&self, table: &mut Table, now: Instant) -> Result<(), Error> {
+        if table.live.len() >= self.0.max && self.evict_idle(table, now) == 0 {
+            return Err(DownstreamError::LimitReached(format!(
+                "the proxy holds its maximum of {} legacy sessions",
+                self.0.max
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    fn evict_idle(&self, table: &mut Table, now: Instant) -> usize {
+        let Some(cutoff) = now.checked_sub(self.0.idle) else { return 0 };
+        let idle: Vec<Nonce> =
+            table.live.iter().filter(|(_, s)| s.idle_since().is_some_and(|t| t <= cutoff)).map(|(n, _)| *n).collect();
+        for nonce in &idle {
+            if let Some(session) = table.live.remove(nonce) {
+                session.end();
+            }
+            table.ended.insert(*nonce, self.0.max);
+        }
+        if !idle.is_empty() {
+            tracing::debug!(evicted = idle.len(), "evicted idle legacy sessions");
+        }
+        idle.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IDLE: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn sessions_are_bounded_and_idle_ones_make_room() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let sessions = Sessions::new(SessionKey::random(), 2, IDLE);
+        let (a, _) = sessions.create_at("2025-11-25", at(0)).unwrap();
+        let (b, _) = sessions.create_at("2025-06-18", at(30)).unwrap();
+        let full = sessions.create_at("2025-11-25", at(30)).err().unwrap();
+        assert_eq!(full.to_jsonrpc().0, 429);
+        // At 61 s `a` has been idle past the limit; `b` has not.
+        let (c, _) = sessions.create_at("2025-11-25", at(61)).unwrap();
+        assert_eq!(sessions.len(), 2);
+        // The evicted session's id is now refused, so its client initializes again.
+        assert_eq!(sessions.resolve_at(&a, at(61)).err().unwrap().to_jsonrpc().0, 404);
+        assert_eq!(sessions.resolve_at(&b, at(61)).unwrap().version, "2025-06-18");
+        assert!(sessions.resolve_at(&c, at(61)).is_ok());
+    }
+
+    #[test]
+    fn activity_keeps_a_session_and_the_sweep_evicts_the_quiet() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let sessions = Sessions::new(SessionKey::random(), 10, IDLE);
+        let (busy, _) = sessions.create_at("2025-11-25", at(0)).unwrap();
+        let (quiet, _) = sessions.create_at("2025-11-25", at(0)).unwrap();
+        for s in [40, 80, 120] {
+            sessions.resolve_at(&busy, at(s)).unwrap();
+        }
+        assert_eq!(sessions.sweep_at(at(120)), 1);
+        assert!(sessions.resolve_at(&busy, at(120)).is_ok());
+        assert!(sessions.resolve_at(&quiet, at(120)).is_err());
+    }
+
+    #[test]
+    fn deleted_and_forged_ids_are_404_and_foreign_valid_ids_are_adopted() {
+        let key = SessionKey::derive(b"shared");
+        let here = Sessions::new(key.clone(), 10, IDLE);
+        let (token, _) = here.create("2025-11-25").unwrap();
+        here.end(&token).unwrap();
+        assert!(here.resolve(&token).is_err());
+        assert!(here.end(&token).is_err());
+        assert!(here.resolve("forged").is_err());
+        // A replica sharing the secret accepts an id it never minted.
+        let (other, _) = Sessions::new(key, 10, IDLE).create("2025-06-18").unwrap();
+        assert_eq!(here.resolve(&other).unwrap().version, "2025-06-18");
+    }
+
+    #[test]
+    fn tombstones_are_bounded() {
+        let mut t = Tombstones::default();
+        for i in 0..100u8 {
+            t.insert([i; 16], 10);
+        }
+        assert_eq!((t.order.len(), t.set.len()), (10, 10));
+        assert!(t.set.contains(&[99; 16]) && !t.set.contains(&[0; 16]));
+    }
+}
