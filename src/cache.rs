@@ -16,7 +16,7 @@ use tokio::time::Instant;
 pub use entry::{Entry, Stored, splice_ttl};
 pub use epochs::{Epochs, Ticket};
 pub use flight::{FlightKey, Flights};
-pub use key::{CacheKey, CachedMethod, Partition, canonical_params};
+pub use key::{CacheKey, CachedMethod, Partition, canonical_params, canonical_params_with};
 
 use crate::auth::Principal;
 use crate::config::CacheConfig;

@@ -68,10 +68,31 @@ impl CacheKey {
     }
 }
 
-/// Canonical form of request params for keying: top-level keys sorted, `_meta` (and the MRTR
-/// fields, which make a request uncacheable anyway) dropped, values as sent.
+/// Canonical form of request params for keying: top-level keys sorted, `_meta` dropped,
+/// values as sent.
 pub fn canonical_params(params: &RawObject<'_>) -> Box<str> {
-    let mut entries: Vec<(&str, &serde_json::value::RawValue)> = params.iter().filter(|(k, _)| *k != "_meta").collect();
+    canonical(params, None)
+}
+
+/// [`canonical_params`] of `params` with `key` set to the JSON string `value`, or removed when
+/// `value` is `None`, without building the edited object.
+pub fn canonical_params_with(params: &RawObject<'_>, key: &str, value: Option<&str>) -> Box<str> {
+    canonical(params, Some((key, value)))
+}
+
+fn canonical(params: &RawObject<'_>, edit: Option<(&str, Option<&str>)>) -> Box<str> {
+    enum Val<'a> {
+        Raw(&'a str),
+        Str(&'a str),
+    }
+    let mut entries: Vec<(&str, Val<'_>)> = params
+        .iter()
+        .filter(|(k, _)| *k != "_meta" && edit.is_none_or(|(ek, _)| ek != *k))
+        .map(|(k, v)| (k, Val::Raw(v.get())))
+        .collect();
+    if let Some((k, Some(v))) = edit {
+        entries.push((k, Val::Str(v)));
+    }
     entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
     let mut out = Vec::with_capacity(64);
     out.push(b'{');
@@ -81,7 +102,10 @@ pub fn canonical_params(params: &RawObject<'_>) -> Box<str> {
         }
         write_json_string(&mut out, k);
         out.push(b':');
-        out.extend_from_slice(v.get().as_bytes());
+        match v {
+            Val::Raw(raw) => out.extend_from_slice(raw.as_bytes()),
+            Val::Str(s) => write_json_string(&mut out, s),
+        }
     }
     out.push(b'}');
     String::from_utf8(out).expect("JSON text is UTF-8").into_boxed_str()
@@ -99,5 +123,9 @@ mod tests {
         assert_eq!(&*canonical_params(&a), r#"{"b":2,"uri":"x"}"#);
         let c = RawObject::parse_str(r#"{"uri":"y"}"#).unwrap();
         assert_ne!(canonical_params(&a), canonical_params(&c));
+        // Editing while canonicalizing equals canonicalizing the edited object.
+        assert_eq!(&*canonical_params_with(&a, "uri", Some("y")), r#"{"b":2,"uri":"y"}"#);
+        assert_eq!(&*canonical_params_with(&a, "b", None), r#"{"uri":"x"}"#);
+        assert_eq!(&*canonical_params_with(&c, "cursor", Some("a\"b")), r#"{"cursor":"a\"b","uri":"y"}"#);
     }
 }

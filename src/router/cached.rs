@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use super::{CacheStatus, Call, Router};
 use crate::auth::Principal;
-use crate::cache::{CacheKey, CachedMethod, Entry, Lookup, Partition, Stored, canonical_params, splice_ttl};
+use crate::cache::{CacheKey, CachedMethod, Entry, Lookup, Partition, Stored, canonical_params_with, splice_ttl};
 use crate::error::Error;
 use crate::jsonrpc::{RawObject, RpcError};
 
@@ -73,20 +73,22 @@ pub(super) fn is_mrtr_retry(params: &RawObject<'_>) -> bool {
 
 impl Router {
     /// The key of a request to upstream `index` with downstream params edited by `edit`.
+    /// The key of a request to upstream `index`: the downstream params with `key` set to the
+    /// string `value` (or removed, for `None`), canonicalized. Computed without copying the
+    /// params: this runs on every hit.
     pub(super) fn cache_key(
         &self,
         call: &Call<'_>,
         index: usize,
         method: CachedMethod,
-        edit: impl FnOnce(&mut RawObject<'_>),
+        key: &str,
+        value: Option<&str>,
     ) -> CacheKey {
-        let mut params = call.params.clone();
-        edit(&mut params);
         CacheKey {
             upstream: index as u32,
             method,
             era: self.0.upstreams[index].era(),
-            params: canonical_params(&params),
+            params: canonical_params_with(&call.params, key, value),
             partition: Partition::Public,
         }
     }

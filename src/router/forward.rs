@@ -28,7 +28,7 @@ impl Router {
         let route = self.0.ns.route_uri(&uri).ok_or_else(not_found)?;
         let (candidates, upstream_uri) = route.candidates();
         for (n, &index) in candidates.iter().enumerate() {
-            let key = self.cache_key(call, index, CachedMethod::ResourcesRead, |p| p.set_string("uri", upstream_uri));
+            let key = self.cache_key(call, index, CachedMethod::ResourcesRead, "uri", Some(upstream_uri));
             let served = self
                 .through_cache(call, key, Some(upstream_uri), || self.fetch_read(call, index, upstream_uri))
                 .await?;

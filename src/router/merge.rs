@@ -186,7 +186,7 @@ impl Router {
         index: usize,
         cursor: Option<&str>,
     ) -> Result<Served, Error> {
-        let key = self.cache_key(call, index, kind.cached, |p| set_cursor(p, cursor));
+        let key = self.cache_key(call, index, kind.cached, "cursor", cursor);
         self.through_cache(call, key, None, || self.fetch_page(call, kind, index, cursor)).await
     }
 
