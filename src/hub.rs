@@ -143,8 +143,9 @@ impl Hub {
             ))
             .into());
         }
+        // Anonymous callers cannot be told apart: only the total bound applies to them.
         let mine = reg.per_principal.entry(principal.clone()).or_default();
-        if *mine >= cfg.max_listens_per_principal {
+        if *mine >= cfg.max_listens_per_principal && *principal != Principal::Anonymous {
             return Err(DownstreamError::LimitReached(format!(
                 "at most {} listens per principal",
                 cfg.max_listens_per_principal

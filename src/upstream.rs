@@ -310,7 +310,12 @@ impl Upstream {
     /// Sends a call whose mid-call questions (legacy server requests with a method in `relay`)
     /// are handed back instead of declined. Only legacy HTTP upstreams ask such questions on
     /// the call's own stream; for any other upstream this is [`Upstream::request`].
-    pub async fn call_relayed(&self, method: &str, params: &[u8], relay: Vec<String>) -> Result<Relayed, UpstreamError> {
+    pub async fn call_relayed(
+        &self,
+        method: &str,
+        params: &[u8],
+        relay: Vec<String>,
+    ) -> Result<Relayed, UpstreamError> {
         let timeout = self.0.config.timeout;
         let deadline = Instant::now() + timeout;
         let timed_out = || UpstreamError::Timeout { upstream: self.name().to_owned(), after: timeout };
@@ -357,15 +362,29 @@ impl Upstream {
     }
 
     /// Answers the pending question of a held call and reads on to its next step.
-    pub async fn resume_relayed(&self, mut held: relay::HeldCall, method: &str, params: &[u8], answer: Bytes) -> Result<Relayed, UpstreamError> {
+    pub async fn resume_relayed(
+        &self,
+        mut held: relay::HeldCall,
+        method: &str,
+        params: &[u8],
+        answer: Bytes,
+    ) -> Result<Relayed, UpstreamError> {
         if !held.answer(answer).await {
-            return Err(UpstreamError::Disconnected { upstream: self.name().to_owned(), reason: "held call ended".into() });
+            return Err(UpstreamError::Disconnected {
+                upstream: self.name().to_owned(),
+                reason: "held call ended".into(),
+            });
         }
         let translated = legacy::translate_params(params).into_owned();
         self.next_step(held, method, &translated).await
     }
 
-    async fn next_step(&self, mut held: relay::HeldCall, method: &str, translated: &[u8]) -> Result<Relayed, UpstreamError> {
+    async fn next_step(
+        &self,
+        mut held: relay::HeldCall,
+        method: &str,
+        translated: &[u8],
+    ) -> Result<Relayed, UpstreamError> {
         let timeout = self.0.config.timeout;
         let step = tokio::time::timeout(timeout, held.next())
             .await

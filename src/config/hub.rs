@@ -10,7 +10,8 @@ use serde::Deserialize;
 pub struct HubConfig {
     /// Most listen streams open at once, all principals together. Default 20,000.
     pub max_listeners: usize,
-    /// Most listen streams one principal may hold open. Default 64.
+    /// Most listen streams one credentialed principal may hold open (anonymous callers, who
+    /// cannot be told apart, are bounded by `max_listeners` alone). Default 64.
     pub max_listens_per_principal: usize,
     /// Most URIs in one listen's `resourceSubscriptions`. Default 1,000.
     pub max_uris_per_listen: usize,

@@ -28,7 +28,10 @@ impl<'a> Call<'a> {
         meta.set_string(mcp::META_PROTOCOL_VERSION, upstream.protocol_version());
         // Legacy and stdio clients send no capabilities; modern upstreams require the key.
         if !meta.contains(mcp::META_CLIENT_CAPABILITIES) {
-            meta.set(mcp::META_CLIENT_CAPABILITIES, Cow::Owned(crate::jsonrpc::parse_raw("{}").expect("valid").to_owned()));
+            meta.set(
+                mcp::META_CLIENT_CAPABILITIES,
+                Cow::Owned(crate::jsonrpc::parse_raw("{}").expect("valid").to_owned()),
+            );
         }
         meta.remove("progressToken");
         let mut params = self.params.clone();

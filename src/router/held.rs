@@ -46,10 +46,8 @@ pub(super) struct HeldCalls {
 /// The server-request methods a downstream request can answer, from its declared
 /// `clientCapabilities`.
 pub(super) fn relayable(meta: &RawObject<'_>) -> Vec<String> {
-    let caps: Value = meta
-        .get(mcp::META_CLIENT_CAPABILITIES)
-        .and_then(|c| serde_json::from_str(c.get()).ok())
-        .unwrap_or(Value::Null);
+    let caps: Value =
+        meta.get(mcp::META_CLIENT_CAPABILITIES).and_then(|c| serde_json::from_str(c.get()).ok()).unwrap_or(Value::Null);
     [("elicitation", "elicitation/create"), ("sampling", "sampling/createMessage"), ("roots", "roots/list")]
         .into_iter()
         .filter(|(cap, _)| caps.get(cap).is_some_and(|c| !c.is_null()))
@@ -92,8 +90,10 @@ impl Router {
             // Spec: a retry missing responses gets a fresh input_required, not an error.
             return Ok(self.ask(held.call, held.question, held.index, call, target));
         };
-        let id = RequestId::from_raw(&serde_json::value::RawValue::from_string(held.question.id.clone()).map_err(|_| bad("held id"))?)
-            .ok_or_else(|| bad("held id"))?;
+        let id = RequestId::from_raw(
+            &serde_json::value::RawValue::from_string(held.question.id.clone()).map_err(|_| bad("held id"))?,
+        )
+        .ok_or_else(|| bad("held id"))?;
         let response = encode_result(&id, &serde_json::to_vec(&answer).expect("serializable"));
         let upstream = &self.0.upstreams[held.index];
         let params = call.upstream_params(upstream, |p| {
@@ -107,7 +107,9 @@ impl Router {
 
     fn relayed_answer(&self, call: &Call<'_>, index: usize, target: &str, outcome: Relayed) -> Result<Answer, Error> {
         match outcome {
-            Relayed::Done(Reply::Result(body)) => Ok(Answer::result(self.rewrite(rewrite::content_result(&body, &self.0.ns, index), index)?)),
+            Relayed::Done(Reply::Result(body)) => {
+                Ok(Answer::result(self.rewrite(rewrite::content_result(&body, &self.0.ns, index), index)?))
+            }
             Relayed::Done(Reply::Error(e)) => Ok(Answer::error(rewrite::error(e, &self.0.ns, index))),
             Relayed::Asked(question, held) => Ok(self.ask(held, question, index, call, target)),
         }

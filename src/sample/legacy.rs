@@ -172,7 +172,12 @@ fn confirm(sample: &Sample, id: crate::jsonrpc::RequestId) -> Resp {
             _ => "no answer".to_owned(),
         };
         let result = json!({"content": [{"type": "text", "text": text}]});
-        let _ = tx.send(Bytes::from(format!("data: {}\n\n", String::from_utf8_lossy(&encode_result(&id, result.to_string().as_bytes()))))).await;
+        let _ = tx
+            .send(Bytes::from(format!(
+                "data: {}\n\n",
+                String::from_utf8_lossy(&encode_result(&id, result.to_string().as_bytes()))
+            )))
+            .await;
     });
     let body = StreamBody::new(futures_util::stream::poll_fn(move |cx| {
         rx.poll_recv(cx).map(|o| o.map(|b| Ok::<_, Infallible>(Frame::data(b))))

@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::backoff::Backoff;
 use super::Upstream;
+use super::backoff::Backoff;
 use crate::mcp;
 
 /// The parts of an upstream's `DiscoverResult` the proxy uses.

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bytes::Bytes;
 use ::http::StatusCode;
+use bytes::Bytes;
 use http_body_util::BodyExt;
 
 use super::backoff::Backoff;
@@ -77,7 +77,10 @@ impl Upstream {
         let result = match reply {
             Reply::Result(r) => r,
             Reply::Error(e) => {
-                return Err(UpstreamError::Protocol { upstream: self.name().to_owned(), reason: format!("initialize: {e}") });
+                return Err(UpstreamError::Protocol {
+                    upstream: self.name().to_owned(),
+                    reason: format!("initialize: {e}"),
+                });
             }
         };
         let (negotiated, info) = legacy::parse_initialize(&result)

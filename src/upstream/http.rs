@@ -116,7 +116,12 @@ impl HttpTransport {
         h
     }
 
-    async fn send(&self, method: Method, headers: HeaderMap, body: Bytes) -> Result<http::Response<hyper::body::Incoming>, UpstreamError> {
+    async fn send(
+        &self,
+        method: Method,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<http::Response<hyper::body::Incoming>, UpstreamError> {
         let mut req = Request::builder().method(method).uri(self.uri.clone());
         *req.headers_mut().expect("builder is valid") = headers;
         let req = req.body(Full::new(body)).map_err(|e| self.err_protocol(e))?;
@@ -206,17 +211,13 @@ impl HttpTransport {
     }
 
     async fn collect(&self, body: hyper::body::Incoming) -> Result<Bytes, UpstreamError> {
-        Limited::new(body, self.max_message)
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .map_err(|e| {
-                if e.is::<http_body_util::LengthLimitError>() {
-                    UpstreamError::TooLarge { upstream: self.name.clone(), limit: self.max_message }
-                } else {
-                    self.err_disconnected(e)
-                }
-            })
+        Limited::new(body, self.max_message).collect().await.map(|b| b.to_bytes()).map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                UpstreamError::TooLarge { upstream: self.name.clone(), limit: self.max_message }
+            } else {
+                self.err_disconnected(e)
+            }
+        })
     }
 
     /// The largest message accepted.
