@@ -118,7 +118,10 @@ impl Endpoint {
             Ok(m) => m,
             Err(e) => return respond::rejected(validate::message_error(e)),
         };
-        if !validate::is_modern(&msg) {
+        // Only an `initialize` or a request naming a session can be legacy; checking the shape
+        // first keeps the modern hot path to one parse of the params.
+        let maybe_legacy = msg.method() == legacy_method::INITIALIZE || parts.headers.contains_key(mcp::H_SESSION_ID);
+        if maybe_legacy && !validate::is_modern(&msg) {
             if msg.kind == Kind::Request && msg.method() == legacy_method::INITIALIZE {
                 return legacy::http::initialize(&self.0.legacy, &self.0.sessions, &msg, &principal).await;
             }
