@@ -19,6 +19,7 @@ use crate::downstream::{self, Endpoint};
 use crate::hub::Hub;
 use crate::router::Router;
 use crate::router::cursor::CursorCodec;
+use crate::telemetry::Metrics;
 use crate::upstream::{Upstream, http};
 
 /// Why the proxy could not start.
@@ -43,6 +44,7 @@ struct Core {
     hub: Hub,
     /// Signs legacy session ids; derived from `proxy.cursor_secret` when set.
     session_key: SessionKey,
+    metrics: Metrics,
     cancel: CancellationToken,
     tracker: TaskTracker,
 }
@@ -60,10 +62,11 @@ impl Core {
         let cancel = CancellationToken::new();
         let tracker = TaskTracker::new();
         let client = http::client();
+        let metrics = Metrics::new();
         let mut upstreams = Vec::with_capacity(config.upstreams.len());
         let mut errors = Vec::new();
         for up in &config.upstreams {
-            match Upstream::start(up.clone(), &client, &cancel, &tracker) {
+            match Upstream::start(up.clone(), &client, &metrics, &cancel, &tracker) {
                 Ok(u) => upstreams.push(u),
                 Err(e) => errors.push(e),
             }
@@ -83,9 +86,9 @@ impl Core {
             return Err(StartError::Config(errors));
         }
         let cache = Cache::new(config.cache.clone(), upstreams.len());
-        let router = Router::new(upstreams.clone(), config.proxy.clone(), cursors, cache.clone());
+        let router = Router::new(upstreams.clone(), config.proxy.clone(), cursors, cache.clone(), metrics.clone());
         let hub = Hub::start(config.hub.clone(), upstreams, router.namespace().clone(), cache, &cancel, &tracker);
-        Ok(Self { router, hub, session_key, cancel, tracker })
+        Ok(Self { router, hub, session_key, metrics, cancel, tracker })
     }
 
     async fn shutdown(self) {
@@ -104,7 +107,14 @@ impl App {
         let listen = &config.listen;
         let sessions = Sessions::new(core.session_key.clone(), listen.max_legacy_sessions, listen.legacy_session_idle);
         sessions.start_sweeper(&core.cancel, &core.tracker);
-        let endpoint = Endpoint::new(core.router.clone(), core.hub.clone(), Authenticator::new(), listen, sessions);
+        let endpoint = Endpoint::new(
+            core.router.clone(),
+            core.hub.clone(),
+            Authenticator::new(),
+            listen,
+            sessions,
+            core.metrics.clone(),
+        );
         let bound = match TcpListener::bind(listen.addr).await {
             Ok(listener) => listener.local_addr().map(|addr| (listener, addr)),
             Err(e) => Err(e),

@@ -25,6 +25,7 @@ use crate::cache::{Cache, Flights};
 use crate::config::ProxyConfig;
 use crate::error::{DownstreamError, Error};
 use crate::mcp::method as m;
+use crate::telemetry::Metrics;
 use crate::upstream::Upstream;
 use cursor::CursorCodec;
 use namespace::Namespace;
@@ -50,10 +51,17 @@ struct Inner {
     clock: tokio::time::Instant,
     /// Upstream calls held open for MRTR relay.
     held: held::HeldCalls,
+    metrics: Metrics,
 }
 
 impl Router {
-    pub fn new(upstreams: Vec<Upstream>, proxy: ProxyConfig, cursors: CursorCodec, cache: Cache) -> Self {
+    pub fn new(
+        upstreams: Vec<Upstream>,
+        proxy: ProxyConfig,
+        cursors: CursorCodec,
+        cache: Cache,
+        metrics: Metrics,
+    ) -> Self {
         let names: Vec<(String, bool)> = upstreams.iter().map(|u| (u.name().to_owned(), u.config().prefix)).collect();
         let server_info = serde_json::json!({"name": proxy.name, "version": env!("CARGO_PKG_VERSION")}).to_string();
         let private_until = upstreams.iter().map(|_| Default::default()).collect();
@@ -63,6 +71,7 @@ impl Router {
             private_until,
             clock: tokio::time::Instant::now(),
             held: held::HeldCalls::default(),
+            metrics,
             ns: Namespace::new(&names),
             upstreams,
             cursors,
@@ -75,6 +84,11 @@ impl Router {
     /// The upstreams, in config order.
     pub fn upstreams(&self) -> &[Upstream] {
         &self.0.upstreams
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.0.metrics
     }
 
     /// The cache.

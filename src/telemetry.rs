@@ -1,4 +1,9 @@
-//! Logging setup. Logs go to stderr, so that stdout stays free for the stdio transport.
+//! Logging setup, and the Prometheus metrics. Logs go to stderr, so that stdout stays free for
+//! the stdio transport.
+
+pub mod metrics;
+
+pub use metrics::{Metrics, Snapshot};
 
 use tracing_subscriber::EnvFilter;
 

@@ -32,6 +32,7 @@ use crate::config::{Transport as TransportConfig, UpstreamConfig};
 use crate::error::UpstreamError;
 use crate::jsonrpc::{RequestId, encode_request};
 use crate::mcp;
+use crate::telemetry::Metrics;
 
 /// Handle to one upstream server. Clones share everything.
 #[derive(Clone)]
@@ -65,6 +66,7 @@ struct Inner {
     probed: std::sync::atomic::AtomicBool,
     /// The proxy's cancellation, for tasks started later (legacy GET streams).
     cancel: CancellationToken,
+    metrics: Metrics,
 }
 
 enum Transport {
@@ -82,6 +84,7 @@ impl Upstream {
     pub fn start(
         config: UpstreamConfig,
         client: &http::HttpClient,
+        metrics: &Metrics,
         cancel: &CancellationToken,
         tracker: &TaskTracker,
     ) -> Result<Self, String> {
@@ -125,6 +128,7 @@ impl Upstream {
             sessions: AtomicU64::new(0),
             probed: std::sync::atomic::AtomicBool::new(false),
             cancel: cancel.clone(),
+            metrics: metrics.clone(),
         }));
         tracker.spawn(discovery::run(upstream.clone(), cancel.clone()));
         Ok(upstream)
@@ -207,6 +211,20 @@ impl Upstream {
     /// than `tools/call` are retried once when the failure means the request may not have
     /// been processed; a legacy session that expired is re-initialized first.
     pub async fn request(&self, method: &str, params: &[u8], mcp_name: Option<&str>) -> Result<Reply, UpstreamError> {
+        let started = Instant::now();
+        let result = self.request_inner(method, params, mcp_name).await;
+        let outcome = match &result {
+            Ok(Reply::Result(_)) => "ok",
+            Ok(Reply::Error(_)) => "error",
+            Err(UpstreamError::Timeout { .. }) => "timeout",
+            Err(UpstreamError::Unavailable { .. }) => "unavailable",
+            Err(_) => "failed",
+        };
+        self.0.metrics.upstream(self.name(), outcome, started.elapsed().as_secs_f64());
+        result
+    }
+
+    async fn request_inner(&self, method: &str, params: &[u8], mcp_name: Option<&str>) -> Result<Reply, UpstreamError> {
         let timeout = self.0.config.timeout;
         let deadline = Instant::now() + timeout;
         let timed_out = || UpstreamError::Timeout { upstream: self.name().to_owned(), after: timeout };

@@ -24,6 +24,9 @@ pub struct ListenConfig {
     /// Most concurrent downstream connections; further connections wait in the accept queue.
     /// Default 10,000.
     pub max_connections: usize,
+    /// Path serving Prometheus metrics on the same listener (GET). Empty disables it.
+    /// Default `/metrics`.
+    pub metrics_path: String,
     /// Most legacy (2025-xx) sessions held at once. A session is minted by a legacy
     /// `initialize` and holds the client's `resources/subscribe` set and its standalone GET
     /// stream; at the bound, sessions idle past `legacy_session_idle` are evicted first, and
@@ -46,6 +49,7 @@ impl Default for ListenConfig {
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             max_connections: 10_000,
+            metrics_path: "/metrics".into(),
             max_legacy_sessions: 10_000,
             legacy_session_idle: Duration::from_secs(30 * 60),
         }

@@ -23,6 +23,7 @@ use crate::hub::Hub;
 use crate::jsonrpc::{Incoming, Kind};
 use crate::mcp::{self, legacy_method};
 use crate::router::{Call, Router};
+use crate::telemetry::{Metrics, Snapshot};
 
 /// The endpoint: a cheap handle shared by every connection.
 #[derive(Clone)]
@@ -37,11 +38,23 @@ struct Inner {
     path: String,
     max_body: usize,
     policy: OriginPolicy,
+    metrics: Metrics,
+    /// Where metrics are served (GET); empty disables.
+    metrics_path: String,
 }
 
 impl Endpoint {
-    pub fn new(router: Router, hub: Hub, auth: Authenticator, listen: &ListenConfig, sessions: Sessions) -> Self {
+    pub fn new(
+        router: Router,
+        hub: Hub,
+        auth: Authenticator,
+        listen: &ListenConfig,
+        sessions: Sessions,
+        metrics: Metrics,
+    ) -> Self {
         Self(Arc::new(Inner {
+            metrics,
+            metrics_path: listen.metrics_path.clone(),
             legacy: Legacy::new(router.clone(), hub.clone()),
             router,
             hub,
@@ -53,6 +66,30 @@ impl Endpoint {
         }))
     }
 
+    /// The Prometheus text exposition.
+    fn metrics(&self) -> Resp {
+        let cache = self.0.router.cache();
+        let snapshot = Snapshot {
+            cache_bytes: cache.weighted_size(),
+            cache_entries: cache.entry_count(),
+            listeners: self.0.hub.listener_count(),
+            upstream_listens: self
+                .0
+                .router
+                .upstreams()
+                .iter()
+                .enumerate()
+                .map(|(i, u)| (u.name().to_owned(), self.0.hub.upstream_listens_opened(i)))
+                .collect(),
+        };
+        let mut resp = plain(StatusCode::OK, &self.0.metrics.render(&snapshot));
+        resp.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        );
+        resp
+    }
+
     /// Serves one HTTP request.
     pub async fn serve<B>(&self, req: Request<B>) -> Resp
     where
@@ -60,6 +97,10 @@ impl Endpoint {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         if req.uri().path() != self.0.path {
+            if !self.0.metrics_path.is_empty() && req.uri().path() == self.0.metrics_path && req.method() == Method::GET
+            {
+                return self.metrics();
+            }
             return plain(StatusCode::NOT_FOUND, "not found");
         }
         let authority = req
@@ -141,8 +182,12 @@ impl Endpoint {
         }
         let call = Call { method: checked.method, params: checked.params, meta: checked.meta, principal: &principal };
         match self.0.router.handle(&call).await {
-            Ok(answer) => respond::answer(&checked.id, answer),
+            Ok(answer) => {
+                self.0.metrics.downstream(checked.method, answer.cache.as_str());
+                respond::answer(&checked.id, answer)
+            }
             Err(e) => {
+                self.0.metrics.downstream(checked.method, "error");
                 if e.side() != crate::error::Side::Downstream {
                     tracing::warn!(method = checked.method, error = %e, "request failed");
                 }

@@ -156,6 +156,7 @@ impl Router {
                 PageError::Answered(r) => r.to_string(),
             };
             tracing::warn!(upstream = %upstream.name(), method = kind.method, %reason, "list page skipped (fail_open)");
+            self.0.metrics.list_skip(upstream.name());
         }
         // A page no upstream contributed to is not worth caching downstream either.
         let hints = hints.unwrap_or(Hints { ttl_ms: 0, public: false });

@@ -252,3 +252,21 @@ async fn an_upstream_with_cache_off_is_bypassed() {
     }
     assert_eq!(up.sample.count("resources/read"), 2);
 }
+
+#[tokio::test]
+async fn metrics_show_hits_misses_and_upstream_traffic() {
+    let (p, _up) = proxy_with(SampleSpec::generated("docs", 2), |_| {}).await;
+    for _ in 0..3 {
+        p.client.request("resources/read", read("docs://item/0")).await.result();
+    }
+    let ex = p.client.raw("GET", &[], Vec::new()).await;
+    assert_eq!(ex.status, 405, "the MCP endpoint stays POST-only");
+    let url = format!("http://{}/metrics", p.app.local_addr());
+    let metrics = McpClient::new(&url).raw("GET", &[], Vec::new()).await;
+    assert_eq!(metrics.status, 200);
+    let text = String::from_utf8_lossy(&metrics.body);
+    assert!(text.contains(r#"resmux_downstream_requests_total{method="resources/read",outcome="hit"} 2"#), "{text}");
+    assert!(text.contains(r#"resmux_downstream_requests_total{method="resources/read",outcome="miss"} 1"#));
+    assert!(text.contains(r#"resmux_upstream_requests_total{upstream="docs",outcome="ok"}"#));
+    assert!(text.contains("resmux_cache_entries 1"));
+}

@@ -1,0 +1,92 @@
+//! The cache hit path: two partition lookups (public, then the caller's), the remaining-TTL
+//! splice and the id splice, over Zipf-distributed keys (a few hot resources, a long tail).
+//!
+//! `cargo bench --bench cache_hit`
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use resmux::auth::Authenticator;
+use resmux::cache::{Cache, CacheKey, CachedMethod, Lookup, Partition, Stored, splice_ttl};
+use resmux::config::CacheConfig;
+use resmux::jsonrpc::{RequestId, encode_result};
+
+/// Samples ranks 0..n with probability ∝ 1/(rank+1)^s by inverse CDF.
+struct Zipf {
+    cdf: Vec<f64>,
+    state: u64,
+}
+
+impl Zipf {
+    fn new(n: usize, s: f64) -> Self {
+        let mut acc = 0.0;
+        let mut cdf: Vec<f64> = (1..=n)
+            .map(|k| {
+                acc += 1.0 / (k as f64).powf(s);
+                acc
+            })
+            .collect();
+        cdf.iter_mut().for_each(|c| *c /= acc);
+        Self { cdf, state: 0x9E3779B97F4A7C15 }
+    }
+
+    fn next(&mut self) -> usize {
+        // xorshift: deterministic and cheap, so the sampler does not dominate the measurement.
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        let u = (self.state >> 11) as f64 / (1u64 << 53) as f64;
+        self.cdf.partition_point(|c| *c < u).min(self.cdf.len() - 1)
+    }
+}
+
+fn key(i: usize) -> CacheKey {
+    CacheKey {
+        upstream: 0,
+        method: CachedMethod::ResourcesRead,
+        era: 0,
+        params: format!(r#"{{"uri":"docs://item/{i}"}}"#).into_boxed_str(),
+        partition: Partition::Public,
+    }
+}
+
+fn hit_path(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let _guard = rt.enter();
+    let mut group = c.benchmark_group("cache_hit");
+    for size in [1024usize, 64 << 10] {
+        let cache = Cache::new(CacheConfig::default(), 1);
+        let n = 10_000;
+        let text = "x".repeat(size);
+        for i in 0..n {
+            let result = format!(
+                r#"{{"resultType":"complete","contents":[{{"uri":"docs://item/{i}","text":"{text}"}}],"ttlMs":60000,"cacheScope":"public"}}"#
+            );
+            let ticket = cache.epochs().ticket(0, CachedMethod::ResourcesRead, Some(&format!("docs://item/{i}")));
+            cache.store(key(i), Stored::result(result.as_bytes()).unwrap(), Duration::from_secs(60), ticket);
+        }
+        let principal = Authenticator::new().principal(Some(b"Bearer token"));
+        let id = RequestId::number(1);
+        let mut zipf = Zipf::new(n, 1.1);
+        let keys: Vec<CacheKey> = (0..n).map(key).collect();
+        group.throughput(Throughput::Elements(1));
+        group.bench_function(BenchmarkId::new("lookup_splice_encode", size), |b| {
+            b.iter(|| {
+                let mut k = keys[zipf.next()].clone();
+                match cache.lookup(&mut k, &principal) {
+                    Lookup::Fresh(entry) => {
+                        let Stored::Result { tail } = &entry.stored else { unreachable!() };
+                        let result = splice_ttl(tail, entry.remaining_ms());
+                        black_box(encode_result(&id, &result).len())
+                    }
+                    _ => unreachable!("every key is cached"),
+                }
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, hit_path);
+criterion_main!(benches);

@@ -1,0 +1,176 @@
+//! Prometheus metrics, served at `[listen] metrics_path` (GET). Names say upstream and
+//! downstream; label values come from bounded sets (method names the proxy knows, cache
+//! statuses, configured upstream names) so cardinality cannot grow with traffic.
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::mcp;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Downstream {
+    method: &'static str,
+    /// `hit`, `miss`, `stale`, `bypass`, or `error`.
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Upstream {
+    upstream: String,
+    /// `ok`, `error` (a JSON-RPC error answer), or the failure kind.
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Named {
+    upstream: String,
+}
+
+fn latency() -> Histogram {
+    // 100 µs .. ~13 s in powers of two: loopback hits to slow upstreams.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 18))
+}
+
+/// The proxy's metrics. Cheap to clone.
+#[derive(Clone)]
+pub struct Metrics(Arc<Inner>);
+
+struct Inner {
+    registry: Registry,
+    downstream: Family<Downstream, Counter>,
+    upstream: Family<Upstream, Counter>,
+    upstream_seconds: Family<Named, Histogram, fn() -> Histogram>,
+    list_skips: Family<Named, Counter>,
+    cache_bytes: Gauge,
+    cache_entries: Gauge,
+    listeners: Gauge,
+    upstream_listens: Family<Named, Gauge>,
+}
+
+/// Values read at scrape time.
+pub struct Snapshot {
+    pub cache_bytes: u64,
+    pub cache_entries: u64,
+    pub listeners: usize,
+    /// Upstream listens opened so far, per upstream.
+    pub upstream_listens: Vec<(String, u64)>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("resmux");
+        let downstream = Family::<Downstream, Counter>::default();
+        let upstream = Family::<Upstream, Counter>::default();
+        let upstream_seconds = Family::<Named, Histogram, fn() -> Histogram>::new_with_constructor(latency);
+        let list_skips = Family::<Named, Counter>::default();
+        let (cache_bytes, cache_entries, listeners) = (Gauge::default(), Gauge::default(), Gauge::default());
+        let upstream_listens = Family::<Named, Gauge>::default();
+        registry.register(
+            "downstream_requests",
+            "Downstream requests answered, by method and outcome",
+            downstream.clone(),
+        );
+        registry.register("upstream_requests", "Requests sent upstream, by upstream and outcome", upstream.clone());
+        registry.register("upstream_request_seconds", "Upstream request latency", upstream_seconds.clone());
+        registry.register("list_pages_skipped", "Upstream list pages skipped under fail_open", list_skips.clone());
+        registry.register("cache_bytes", "Weighted size of the cache", cache_bytes.clone());
+        registry.register("cache_entries", "Entries in the cache", cache_entries.clone());
+        registry.register("hub_listeners", "Downstream listens open", listeners.clone());
+        registry.register("upstream_listens_opened", "Upstream listens opened", upstream_listens.clone());
+        Self(Arc::new(Inner {
+            registry,
+            downstream,
+            upstream,
+            upstream_seconds,
+            list_skips,
+            cache_bytes,
+            cache_entries,
+            listeners,
+            upstream_listens,
+        }))
+    }
+
+    /// One downstream request answered.
+    pub fn downstream(&self, method: &str, outcome: &'static str) {
+        let method = KNOWN.iter().find(|m| **m == method).copied().unwrap_or("other");
+        self.0.downstream.get_or_create(&Downstream { method, outcome }).inc();
+    }
+
+    /// One upstream request finished.
+    pub fn upstream(&self, upstream: &str, outcome: &'static str, seconds: f64) {
+        self.0.upstream.get_or_create(&Upstream { upstream: upstream.to_owned(), outcome }).inc();
+        self.0.upstream_seconds.get_or_create(&Named { upstream: upstream.to_owned() }).observe(seconds);
+    }
+
+    /// A list page skipped because its upstream failed (fail_open).
+    pub fn list_skip(&self, upstream: &str) {
+        self.0.list_skips.get_or_create(&Named { upstream: upstream.to_owned() }).inc();
+    }
+
+    /// The text exposition, with gauges set from `snapshot`.
+    pub fn render(&self, snapshot: &Snapshot) -> String {
+        self.0.cache_bytes.set(snapshot.cache_bytes as i64);
+        self.0.cache_entries.set(snapshot.cache_entries as i64);
+        self.0.listeners.set(snapshot.listeners as i64);
+        for (name, n) in &snapshot.upstream_listens {
+            self.0.upstream_listens.get_or_create(&Named { upstream: name.clone() }).set(*n as i64);
+        }
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.0.registry).expect("writing to a String");
+        out
+    }
+}
+
+/// Method label values: everything the proxy serves, modern and legacy.
+const KNOWN: &[&str] = &[
+    mcp::method::DISCOVER,
+    mcp::method::RESOURCES_LIST,
+    mcp::method::RESOURCES_TEMPLATES_LIST,
+    mcp::method::RESOURCES_READ,
+    mcp::method::TOOLS_LIST,
+    mcp::method::TOOLS_CALL,
+    mcp::method::PROMPTS_LIST,
+    mcp::method::PROMPTS_GET,
+    mcp::method::COMPLETE,
+    mcp::method::LISTEN,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_what_was_counted() {
+        let m = Metrics::new();
+        m.downstream("resources/read", "hit");
+        m.downstream("made/up", "error");
+        m.upstream("docs", "ok", 0.002);
+        m.list_skip("docs");
+        let text = m.render(&Snapshot {
+            cache_bytes: 10,
+            cache_entries: 1,
+            listeners: 2,
+            upstream_listens: vec![("docs".into(), 3)],
+        });
+        assert!(
+            text.contains(r#"resmux_downstream_requests_total{method="resources/read",outcome="hit"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"method="other""#));
+        assert!(text.contains(r#"resmux_upstream_requests_total{upstream="docs",outcome="ok"} 1"#));
+        assert!(text.contains("resmux_cache_bytes 10"));
+        assert!(text.contains(r#"resmux_upstream_listens_opened{upstream="docs"} 3"#));
+    }
+}
