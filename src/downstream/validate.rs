@@ -103,7 +103,7 @@ fn check_headers(
     params: &RawObject<'_>,
 ) -> Result<(), Rejected> {
     let mismatch = |m: String| reject(Some(id), DownstreamError::HeaderMismatch(m));
-    let header = |name: &str| -> Result<String, Rejected> {
+    let header = |name: &str| -> Result<std::borrow::Cow<'_, str>, Rejected> {
         let raw = headers.get(name).ok_or_else(|| mismatch(format!("missing {name} header")))?;
         header_value::decode(raw.as_bytes()).map_err(|e| mismatch(format!("{name} header: {e}")))
     };
@@ -120,7 +120,7 @@ fn check_headers(
     if let Some(field) = mcp::name_param(method) {
         let h_name = header(mcp::H_NAME)?;
         let body_name = params.get_str(field);
-        if body_name.as_deref() != Some(h_name.as_str()) {
+        if body_name.as_deref() != Some(&*h_name) {
             return Err(mismatch(format!(
                 "Mcp-Name header value '{h_name}' does not match body value '{}'",
                 body_name.as_deref().unwrap_or("")
