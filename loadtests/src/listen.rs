@@ -1,0 +1,403 @@
+//! `subscriptions/listen` streams (reference §5): each listener holds one connection with a
+//! listen on the first upstream's `status` resource open, waits for the acknowledgment, then
+//! times every `notifications/resources/updated` it receives. The load generator changes the
+//! resource itself (`sample.bump()`) at the scenario's rate and notes when; a notification's
+//! latency is the time since the latest change, which is right while delivery takes less than
+//! one update period (the report flags runs where it does not).
+//!
+//! A listen the server refuses (today's proxy answers -32601) is a counted failure, not an
+//! error of the run.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+use resmux::sample::Sample;
+use resmux::upstream::sse::SseDecoder;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::conn::Conn;
+use crate::histogram::Histogram;
+use crate::requests::{CONNECT_CONCURRENCY, CONNECT_TIMEOUT, Clock, Failure, TICK, add_failure};
+use crate::scenario::Principals;
+use crate::target::Addressing;
+use crate::wire::{self, Op, Outcome, StreamMessage};
+
+/// Largest SSE event a listener accepts.
+const MAX_EVENT: usize = 1 << 20;
+/// Largest refusal body read.
+const MAX_REFUSAL: usize = 64 << 10;
+/// How long deliveries still in flight get after the last change.
+const DRAIN: Duration = Duration::from_secs(3);
+
+/// State shared by every listener of a side. Counters are atomics; the histogram and failure
+/// table sit behind mutexes held for one insert (no lock is held across an await).
+struct Shared {
+    base: Instant,
+    /// Nanoseconds after `base` of the latest change, 0 before the first.
+    last_change_ns: AtomicU64,
+    /// Nanoseconds after `base` when measurement began, 0 before.
+    measure_ns: AtomicU64,
+    acked: AtomicU64,
+    refused: AtomicU64,
+    dropped: AtomicU64,
+    notifications: AtomicU64,
+    unsolicited: AtomicU64,
+    wrong_subscription: AtomicU64,
+    latency: Mutex<Histogram>,
+    timeline: Mutex<Vec<u64>>,
+    failures: Mutex<BTreeMap<String, Failure>>,
+    /// One permit per listener that has been acknowledged or refused.
+    settled: Semaphore,
+}
+
+impl Shared {
+    fn fail(&self, kind: &str, detail: &str) {
+        add_failure(&mut self.failures.lock().expect("failures"), kind, detail);
+    }
+
+    fn since_base(&self) -> u64 {
+        Instant::now().saturating_duration_since(self.base).as_nanos() as u64
+    }
+}
+
+/// What the listeners saw.
+#[derive(Debug, Clone, Default)]
+pub struct ListenStats {
+    pub listeners: u64,
+    /// Acknowledged listens.
+    pub acked: u64,
+    /// Listens refused or never acknowledged.
+    pub refused: u64,
+    /// Acknowledged listens whose stream ended before the run did.
+    pub dropped: u64,
+    /// Changes made (`sample.bump()` calls).
+    pub changes: u64,
+    pub notifications: u64,
+    /// Notifications before any change.
+    pub unsolicited: u64,
+    /// Notifications whose `subscriptionId` was not the listen's request id.
+    pub wrong_subscription: u64,
+    /// Time from change to notification, in nanoseconds.
+    pub latency: Histogram,
+    /// Notifications per [`TICK`] since measurement began.
+    pub timeline: Vec<u64>,
+    pub failures: BTreeMap<String, Failure>,
+    /// Listen streams open at the upstream once every listener had settled: one per listener
+    /// without a proxy, and as few as one with a subscription hub.
+    pub upstream_listens: u64,
+    /// The update period, to judge the latency figures by.
+    pub period: Duration,
+}
+
+/// Listeners that are open (or refused) and reading.
+pub struct Listeners {
+    shared: Arc<Shared>,
+    tasks: JoinSet<()>,
+    stop: watch::Sender<bool>,
+    count: usize,
+}
+
+/// Opens `count` listeners and waits (up to `deadline`) until each is acknowledged or refused.
+pub async fn open(count: usize, addressing: &Addressing, principals: Principals, deadline: Duration) -> Listeners {
+    let shared = Arc::new(Shared {
+        base: Instant::now(),
+        last_change_ns: AtomicU64::new(0),
+        measure_ns: AtomicU64::new(0),
+        acked: AtomicU64::new(0),
+        refused: AtomicU64::new(0),
+        dropped: AtomicU64::new(0),
+        notifications: AtomicU64::new(0),
+        unsolicited: AtomicU64::new(0),
+        wrong_subscription: AtomicU64::new(0),
+        latency: Mutex::new(Histogram::new()),
+        timeline: Mutex::new(Vec::new()),
+        failures: Mutex::new(BTreeMap::new()),
+        settled: Semaphore::new(0),
+    });
+    // One value, never queued: a later send replaces it, and "stop" is sent once.
+    let (stop, stop_rx) = watch::channel(false);
+    let (ep, op) = addressing.listen();
+    let addr = addressing.endpoints[ep];
+    let connect_limit = Arc::new(Semaphore::new(CONNECT_CONCURRENCY));
+    let mut tasks = JoinSet::new();
+    for i in 0..count {
+        let auth = principals.authorization(&format!("listener-{i}"));
+        tasks.spawn(listener(i, addr, auth, op.clone(), shared.clone(), connect_limit.clone(), stop_rx.clone()));
+    }
+    let _ = tokio::time::timeout(deadline, shared.settled.acquire_many(count as u32)).await;
+    Listeners { shared, tasks, stop, count }
+}
+
+impl Listeners {
+    /// Listens acknowledged so far.
+    pub fn acked(&self) -> u64 {
+        self.shared.acked.load(Ordering::Relaxed)
+    }
+
+    /// Notes when measurement begins (for the notification timeline).
+    pub fn measuring_from(&self, clock: &Clock) {
+        let ns = clock.measure.saturating_duration_since(self.shared.base).as_nanos() as u64;
+        self.shared.measure_ns.store(ns.max(1), Ordering::Relaxed);
+    }
+
+    /// Changes `sample`'s `status` at `hz` from `clock.measure` until `clock.end`, noting the
+    /// time of each change before making it, so no notification can precede its change.
+    /// Returns the number of changes made.
+    pub async fn drive_changes(&self, sample: &Sample, hz: f64, clock: &Clock) -> u64 {
+        let period = Duration::from_secs_f64(1.0 / hz);
+        let mut ticks = tokio::time::interval_at(clock.measure, period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut changes = 0;
+        loop {
+            let at = ticks.tick().await;
+            if at >= clock.end {
+                return changes;
+            }
+            let ns = self.shared.since_base().max(1);
+            self.shared.last_change_ns.store(ns, Ordering::Relaxed);
+            sample.bump();
+            changes += 1;
+        }
+    }
+
+    /// Waits until every acknowledged listener has had every change (or [`DRAIN`] passes),
+    /// then closes every stream and collects the figures.
+    pub async fn finish(mut self, changes: u64, period: Duration, upstream_listens: u64) -> ListenStats {
+        let expected = changes * self.acked();
+        let deadline = Instant::now() + DRAIN;
+        while self.shared.notifications.load(Ordering::Relaxed) < expected && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let _ = self.stop.send(true);
+        let closing = async { while self.tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout(Duration::from_secs(5), closing).await.is_err() {
+            self.tasks.abort_all();
+        }
+        let s = &self.shared;
+        ListenStats {
+            listeners: self.count as u64,
+            acked: s.acked.load(Ordering::Relaxed),
+            refused: s.refused.load(Ordering::Relaxed),
+            dropped: s.dropped.load(Ordering::Relaxed),
+            changes,
+            notifications: s.notifications.load(Ordering::Relaxed),
+            unsolicited: s.unsolicited.load(Ordering::Relaxed),
+            wrong_subscription: s.wrong_subscription.load(Ordering::Relaxed),
+            latency: s.latency.lock().expect("latency").clone(),
+            timeline: s.timeline.lock().expect("timeline").clone(),
+            failures: s.failures.lock().expect("failures").clone(),
+            upstream_listens,
+            period,
+        }
+    }
+}
+
+/// An acknowledged listen stream.
+struct Stream {
+    conn: Conn,
+    body: hyper::body::Incoming,
+    decoder: SseDecoder,
+}
+
+async fn listener(
+    i: usize,
+    addr: std::net::SocketAddr,
+    auth: Option<http::HeaderValue>,
+    op: Op,
+    shared: Arc<Shared>,
+    connect_limit: Arc<Semaphore>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let id = format!("\"listen-{i}\"");
+    let setup = {
+        // Held until acknowledged: bounds the listens being set up at once.
+        let _permit = connect_limit.acquire().await.expect("never closed");
+        let setup = tokio::time::timeout(Duration::from_secs(30), set_up(addr, auth, &op, &id, &shared))
+            .await
+            .unwrap_or_else(|_| {
+                shared.fail("listen: timeout", "no acknowledgment within 30s");
+                None
+            });
+        if setup.is_none() {
+            shared.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        shared.settled.add_permits(1);
+        setup
+    };
+    let Some(Stream { conn, mut body, mut decoder }) = setup else {
+        return;
+    };
+    loop {
+        let frame = tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            frame = body.frame() => frame,
+        };
+        let data = match frame {
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(d) => d,
+                Err(_) => continue,
+            },
+            Some(Err(e)) => {
+                shared.dropped.fetch_add(1, Ordering::Relaxed);
+                shared.fail("listen: stream error", &e.to_string());
+                break;
+            }
+            None => {
+                shared.dropped.fetch_add(1, Ordering::Relaxed);
+                shared.fail("listen: stream ended", "the server closed the stream");
+                break;
+            }
+        };
+        decoder.push(&data);
+        loop {
+            match decoder.next_event() {
+                Ok(Some(event)) => {
+                    if !on_event(&event.data, &id, &shared) {
+                        drop(conn);
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    shared.dropped.fetch_add(1, Ordering::Relaxed);
+                    shared.fail("listen: event too large", &e.to_string());
+                    return;
+                }
+            }
+        }
+    }
+    drop(conn);
+}
+
+/// Handles one event on an acknowledged stream; false when the stream is over.
+fn on_event(data: &str, id: &str, shared: &Shared) -> bool {
+    match wire::stream_message(data) {
+        Ok(StreamMessage::Updated { subscription, .. }) => {
+            let now = shared.since_base();
+            if subscription.as_deref() != Some(id) {
+                shared.wrong_subscription.fetch_add(1, Ordering::Relaxed);
+            }
+            let changed = shared.last_change_ns.load(Ordering::Relaxed);
+            if changed == 0 {
+                shared.unsolicited.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+            shared.notifications.fetch_add(1, Ordering::Relaxed);
+            shared.latency.lock().expect("latency").record(now.saturating_sub(changed));
+            let measure = shared.measure_ns.load(Ordering::Relaxed);
+            if measure > 0 && now >= measure {
+                let slot = ((now - measure) / TICK.as_nanos() as u64) as usize;
+                let mut t = shared.timeline.lock().expect("timeline");
+                if slot >= t.len() {
+                    t.resize(slot + 1, 0);
+                }
+                t[slot] += 1;
+            }
+            true
+        }
+        Ok(StreamMessage::Ack { .. }) => {
+            shared.fail("listen: second acknowledgment", data);
+            true
+        }
+        Ok(StreamMessage::Other(_)) => true,
+        Ok(StreamMessage::End(outcome)) => {
+            shared.dropped.fetch_add(1, Ordering::Relaxed);
+            let detail = match outcome {
+                Outcome::Ok => "graceful end".to_owned(),
+                Outcome::Failed { detail, .. } => detail,
+            };
+            shared.fail("listen: server ended the subscription", &detail);
+            false
+        }
+        Err(e) => {
+            shared.fail("listen: malformed message", &e);
+            true
+        }
+    }
+}
+
+/// Connects, sends the listen, and reads up to the acknowledgment; `None` when refused.
+async fn set_up(
+    addr: std::net::SocketAddr,
+    auth: Option<http::HeaderValue>,
+    op: &Op,
+    id: &str,
+    shared: &Shared,
+) -> Option<Stream> {
+    let mut conn = match Conn::open(addr, CONNECT_TIMEOUT, auth).await {
+        Ok(c) => c,
+        Err(e) => {
+            shared.fail("listen: connect", &format!("{e:#}"));
+            return None;
+        }
+    };
+    let resp = match conn.send_with_id(op, id).await {
+        Ok(r) => r,
+        Err(e) => {
+            shared.fail("listen: connection", &format!("{e:#}"));
+            return None;
+        }
+    };
+    let status = resp.status();
+    if !status.is_success() || !wire::is_sse(resp.headers().get(http::header::CONTENT_TYPE)) {
+        let body = http_body_util::Limited::new(resp.into_body(), MAX_REFUSAL)
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        match wire::classify(status, false, &body) {
+            Outcome::Failed { kind, detail } => shared.fail(&format!("listen: {kind}"), &detail),
+            Outcome::Ok => shared.fail("listen: answered without a stream", "a JSON result"),
+        }
+        return None;
+    }
+    let mut body = resp.into_body();
+    let mut decoder = SseDecoder::new(MAX_EVENT);
+    loop {
+        let data = match body.frame().await {
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(d) => d,
+                Err(_) => continue,
+            },
+            Some(Err(e)) => {
+                shared.fail("listen: stream error before acknowledgment", &e.to_string());
+                return None;
+            }
+            None => {
+                shared.fail("listen: stream ended before acknowledgment", "");
+                return None;
+            }
+        };
+        decoder.push(&data);
+        while let Ok(Some(event)) = decoder.next_event() {
+            match wire::stream_message(&event.data) {
+                Ok(StreamMessage::Ack { subscription }) => {
+                    if subscription.as_deref() != Some(id) {
+                        shared.wrong_subscription.fetch_add(1, Ordering::Relaxed);
+                    }
+                    shared.acked.fetch_add(1, Ordering::Relaxed);
+                    return Some(Stream { conn, body, decoder });
+                }
+                Ok(StreamMessage::End(outcome)) => {
+                    let detail = match outcome {
+                        Outcome::Ok => "ended at once".to_owned(),
+                        Outcome::Failed { kind, detail } => format!("{kind}: {detail}"),
+                    };
+                    shared.fail("listen: refused in stream", &detail);
+                    return None;
+                }
+                Ok(StreamMessage::Updated { .. }) => {
+                    // The spec forbids notifications before the acknowledgment.
+                    shared.fail("listen: notification before acknowledgment", &event.data);
+                }
+                Ok(StreamMessage::Other(_)) => {}
+                Err(e) => shared.fail("listen: malformed message", &e),
+            }
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! The `resmux-load` command line.
+
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+use resmux_load::placement::Placement;
+use resmux_load::run::{self, RunOptions};
+use resmux_load::scenario::{self, Scenario, Side};
+
+#[derive(Parser)]
+#[command(name = "resmux-load", version, about = "Load generator for the resmux MCP proxy")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run scenarios and write JSON, Markdown and SVG results.
+    Run {
+        /// Scenario files, or names in loadtests/scenarios (`hot-read`).
+        #[arg(required = true)]
+        scenarios: Vec<String>,
+        /// Measured time per side, replacing each scenario's (`5s`, `1m`).
+        #[arg(long, value_parser = scenario::parse_duration)]
+        duration: Option<std::time::Duration>,
+        /// Also write the whole run's JSON summary here (`-` for stdout).
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Directory for per-scenario results.
+        #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/results"))]
+        out: PathBuf,
+        /// The resmux binary to run as the proxy (default: `resmux` beside this executable).
+        #[arg(long, conflicts_with = "in_process")]
+        resmux: Option<PathBuf>,
+        /// Run the proxy and the ceiling inside this process instead of as children (no
+        /// proxy RSS/CPU figures; for quick checks).
+        #[arg(long)]
+        in_process: bool,
+        /// Run only these sides, replacing each scenario's (`proxy,direct`).
+        #[arg(long, value_delimiter = ',', value_parser = parse_side)]
+        sides: Option<Vec<Side>>,
+    },
+    /// Serve the ceiling's fixed body until stdin closes (run by `run`, not by hand).
+    #[command(hide = true)]
+    ServeCeiling {
+        #[arg(long)]
+        body: PathBuf,
+    },
+    /// Parse scenario files and report every problem.
+    Check {
+        #[arg(required = true)]
+        scenarios: Vec<String>,
+    },
+}
+
+fn parse_side(s: &str) -> Result<Side, String> {
+    match s {
+        "proxy" => Ok(Side::Proxy),
+        "direct" => Ok(Side::Direct),
+        "ceiling" => Ok(Side::Ceiling),
+        other => Err(format!("unknown side `{other}` (proxy, direct, ceiling)")),
+    }
+}
+
+fn load_all(args: &[String]) -> Result<Vec<Scenario>> {
+    let mut out = Vec::new();
+    let mut errors = Vec::new();
+    for arg in args {
+        match Scenario::load(&scenario::resolve(arg)) {
+            Ok(s) => out.push(s),
+            Err(e) => errors.push(format!("{e:#}")),
+        }
+    }
+    if !errors.is_empty() {
+        bail!("{}", errors.join("\n"));
+    }
+    Ok(out)
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::ServeCeiling { body } => resmux_load::ceiling::serve_child(&body).await?,
+        Command::Check { scenarios } => {
+            for s in load_all(&scenarios)? {
+                println!("{}: ok ({})", s.name, s.load_line());
+            }
+        }
+        Command::Run { scenarios, duration, json, out, resmux, in_process, sides } => {
+            let scenarios = load_all(&scenarios)?;
+            let placement = if in_process { Placement::InProcess } else { Placement::processes(resmux)? };
+            let wants_proxy = scenarios.iter().any(|s| sides.as_ref().unwrap_or(&s.sides).contains(&Side::Proxy));
+            if let (true, Placement::Processes { resmux: exe, .. }) = (wants_proxy, &placement)
+                && !exe.is_file()
+            {
+                bail!(
+                    "no resmux binary at {}: build both binaries (`cargo build --release -p resmux -p resmux-load`), or pass --resmux PATH or --in-process",
+                    exe.display()
+                );
+            }
+            let opts = RunOptions { placement: placement.clone(), duration, sides };
+            let mut reports = Vec::new();
+            for s in &scenarios {
+                let report = run::run_scenario(s, &opts).await;
+                for path in run::write_outputs(&report, &out)? {
+                    eprintln!("resmux-load: wrote {}", path.display());
+                }
+                println!("{}", resmux_load::report::markdown(&report));
+                reports.push(report);
+            }
+            let summary = run::run_report(reports, &placement);
+            let text = serde_json::to_string_pretty(&summary)?;
+            std::fs::write(out.join("latest.json"), &text)?;
+            let md: String = summary.scenarios.iter().map(resmux_load::report::markdown).collect();
+            std::fs::write(out.join("latest.md"), md)?;
+            match json {
+                Some(p) if p.as_os_str() == "-" => println!("{text}"),
+                Some(p) => std::fs::write(&p, &text).with_context(|| format!("writing {}", p.display()))?,
+                None => {}
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,197 @@
+//! SVG plots of a scenario, drawn with plotters' SVG backend (no fonts loaded, no bitmaps):
+//! the latency distribution of each side on an HDR-style "nines" axis (the tail is where a
+//! proxy shows its cost) and the throughput of each side over time (a stall or a warming
+//! cache shows there).
+
+use std::path::Path;
+
+use anyhow::{Result, anyhow};
+use plotters::prelude::*;
+
+use crate::report::ScenarioReport;
+use crate::scenario::Side;
+
+const SIZE: (u32, u32) = (960, 540);
+
+fn color(side: Side, notify: bool) -> RGBColor {
+    match (side, notify) {
+        (Side::Proxy, false) => RGBColor(31, 119, 180),
+        (Side::Direct, false) => RGBColor(44, 160, 44),
+        (Side::Ceiling, _) => RGBColor(127, 127, 127),
+        (Side::Proxy, true) => RGBColor(214, 39, 40),
+        (Side::Direct, true) => RGBColor(255, 127, 14),
+    }
+}
+
+struct Series {
+    label: String,
+    color: RGBColor,
+    points: Vec<(f64, f64)>,
+}
+
+/// Every latency distribution of the scenario: requests per side, and notification delivery
+/// per side where there were listeners.
+fn latency_series(r: &ScenarioReport) -> Vec<Series> {
+    let mut out = Vec::new();
+    for s in &r.sides {
+        if !s.latency_curve.is_empty() {
+            out.push(Series {
+                label: format!("{} requests", s.side),
+                color: color(s.side, false),
+                points: s.latency_curve.clone(),
+            });
+        }
+        if let Some(l) = &s.listen
+            && !l.latency_curve.is_empty()
+        {
+            out.push(Series {
+                label: format!("{} notifications", s.side),
+                color: color(s.side, true),
+                points: l.latency_curve.clone(),
+            });
+        }
+    }
+    out
+}
+
+fn throughput_series(r: &ScenarioReport) -> Vec<Series> {
+    let mut out = Vec::new();
+    for s in &r.sides {
+        if !s.throughput.is_empty() {
+            out.push(Series {
+                label: format!("{} req/s", s.side),
+                color: color(s.side, false),
+                points: s.throughput.clone(),
+            });
+        }
+        if let Some(l) = &s.listen
+            && !l.throughput.is_empty()
+        {
+            out.push(Series {
+                label: format!("{} notifications/s", s.side),
+                color: color(s.side, true),
+                points: l.throughput.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// "Nines" of quantile `q`: 0 for 0 %, 1 for 90 %, 2 for 99 %, …
+fn nines(q: f64) -> f64 {
+    -(1.0 - q).max(1e-9).log10()
+}
+
+fn nines_label(x: &f64) -> String {
+    match x.round() as i64 {
+        0 => "0%".into(),
+        1 => "90%".into(),
+        2 => "99%".into(),
+        3 => "99.9%".into(),
+        4 => "99.99%".into(),
+        _ => String::new(),
+    }
+}
+
+/// Draws `NAME-latency.svg`; false when there is nothing to draw.
+pub fn latency(r: &ScenarioReport, path: &Path) -> Result<bool> {
+    let series = latency_series(r);
+    if series.is_empty() {
+        return Ok(false);
+    }
+    let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+    let (lo, hi) = ys.fold((f64::MAX, 0f64), |(lo, hi), y| (lo.min(y), hi.max(y)));
+    let lo = (lo.max(0.001) * 0.8).max(0.001);
+    let hi = (hi * 1.25).max(lo * 10.0);
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("{}: latency distribution", r.name), ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..4f64, (lo..hi).log_scale())
+        .map_err(|e| anyhow!("{e}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("percentile")
+        .y_desc("latency (ms, log scale)")
+        .x_labels(5)
+        .x_label_formatter(&nines_label)
+        .y_label_formatter(&|y| format!("{y}"))
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    for s in series {
+        let c = s.color;
+        chart
+            .draw_series(LineSeries::new(s.points.iter().map(|(q, ms)| (nines(*q), ms.max(lo))), c.stroke_width(2)))
+            .map_err(|e| anyhow!("{e}"))?
+            .label(s.label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(true)
+}
+
+/// Draws `NAME-throughput.svg`; false when there is nothing to draw.
+pub fn throughput(r: &ScenarioReport, path: &Path) -> Result<bool> {
+    let series = throughput_series(r);
+    if series.is_empty() {
+        return Ok(false);
+    }
+    let points = series.iter().flat_map(|s| s.points.iter());
+    let (xmax, ymax) = points.fold((0f64, 0f64), |(x, y), p| (x.max(p.0), y.max(p.1)));
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("{}: throughput over time", r.name), ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0f64..(xmax * 1.02).max(0.1), 0f64..(ymax * 1.4).max(1.0))
+        .map_err(|e| anyhow!("{e}"))?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since measurement began")
+        .y_desc("per second")
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    for s in series {
+        let c = s.color;
+        chart
+            .draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))
+            .map_err(|e| anyhow!("{e}"))?
+            .label(s.label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| anyhow!("{e}"))?;
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nines_axis() {
+        assert!((nines(0.0) - 0.0).abs() < 1e-12);
+        assert!((nines(0.9) - 1.0).abs() < 1e-9);
+        assert!((nines(0.999) - 3.0).abs() < 1e-9);
+        assert_eq!(nines_label(&2.0), "99%");
+    }
+}
