@@ -37,6 +37,8 @@ const DRAIN: Duration = Duration::from_secs(3);
 /// State shared by every listener of a side. Counters are atomics; the histogram and failure
 /// table sit behind mutexes held for one insert (no lock is held across an await).
 struct Shared {
+    /// Acknowledged listeners that stopped reading.
+    slow: AtomicU64,
     base: Instant,
     /// Nanoseconds after `base` of the latest change, 0 before the first.
     last_change_ns: AtomicU64,
@@ -69,8 +71,10 @@ impl Shared {
 #[derive(Debug, Clone, Default)]
 pub struct ListenStats {
     pub listeners: u64,
-    /// Acknowledged listens.
+    /// Acknowledged listens (reading ones; slow ones are counted apart).
     pub acked: u64,
+    /// Acknowledged listens that stopped reading (`slow_listeners`).
+    pub slow: u64,
     /// Listens refused or never acknowledged.
     pub refused: u64,
     /// Acknowledged listens whose stream ended before the run did.
@@ -103,12 +107,20 @@ pub struct Listeners {
 }
 
 /// Opens `count` listeners and waits (up to `deadline`) until each is acknowledged or refused.
-pub async fn open(count: usize, addressing: &Addressing, principals: Principals, deadline: Duration) -> Listeners {
+/// Every `slow_every`-th listener (when set) stops reading once acknowledged.
+pub async fn open(
+    count: usize,
+    addressing: &Addressing,
+    principals: Principals,
+    deadline: Duration,
+    slow_every: Option<usize>,
+) -> Listeners {
     let shared = Arc::new(Shared {
         base: Instant::now(),
         last_change_ns: AtomicU64::new(0),
         measure_ns: AtomicU64::new(0),
         acked: AtomicU64::new(0),
+        slow: AtomicU64::new(0),
         refused: AtomicU64::new(0),
         dropped: AtomicU64::new(0),
         notifications: AtomicU64::new(0),
@@ -127,7 +139,8 @@ pub async fn open(count: usize, addressing: &Addressing, principals: Principals,
     let mut tasks = JoinSet::new();
     for i in 0..count {
         let auth = principals.authorization(&format!("listener-{i}"));
-        tasks.spawn(listener(i, addr, auth, op.clone(), shared.clone(), connect_limit.clone(), stop_rx.clone()));
+        let slow = slow_every.is_some_and(|k| i % k == 0);
+        tasks.spawn(listener(i, addr, auth, op.clone(), shared.clone(), connect_limit.clone(), stop_rx.clone(), slow));
     }
     let _ = tokio::time::timeout(deadline, shared.settled.acquire_many(count as u32)).await;
     Listeners { shared, tasks, stop, count }
@@ -182,6 +195,7 @@ impl Listeners {
         ListenStats {
             listeners: self.count as u64,
             acked: s.acked.load(Ordering::Relaxed),
+            slow: s.slow.load(Ordering::Relaxed),
             refused: s.refused.load(Ordering::Relaxed),
             dropped: s.dropped.load(Ordering::Relaxed),
             changes,
@@ -204,6 +218,7 @@ struct Stream {
     decoder: SseDecoder,
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn listener(
     i: usize,
     addr: std::net::SocketAddr,
@@ -212,6 +227,7 @@ async fn listener(
     shared: Arc<Shared>,
     connect_limit: Arc<Semaphore>,
     mut stop: watch::Receiver<bool>,
+    slow: bool,
 ) {
     let id = format!("\"listen-{i}\"");
     let setup = {
@@ -232,6 +248,15 @@ async fn listener(
     let Some(Stream { conn, mut body, mut decoder }) = setup else {
         return;
     };
+    if slow {
+        // A client that stopped reading: its stream stays open, unread, until the end. It is
+        // not among the listeners whose notifications are expected and timed.
+        shared.acked.fetch_sub(1, Ordering::Relaxed);
+        shared.slow.fetch_add(1, Ordering::Relaxed);
+        let _ = stop.wait_for(|s| *s).await;
+        drop((conn, body));
+        return;
+    }
     loop {
         let frame = tokio::select! {
             _ = stop.wait_for(|s| *s) => break,

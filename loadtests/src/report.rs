@@ -215,6 +215,12 @@ impl SideReport {
         let mut notes = x.notes;
         let listen = listen.map(|l| {
             let expected = l.changes * l.acked;
+            if l.slow > 0 {
+                notes.push(format!(
+                    "{} listener(s) stopped reading once acknowledged (slow clients); the figures are the other {}'s",
+                    l.slow, l.acked
+                ));
+            }
             if !l.latency.is_empty() && l.latency.max() as u128 > l.period.as_nanos() {
                 notes.push(format!(
                     "some notifications took longer than the update period ({:?}): their latency may be attributed to a later change",

@@ -98,7 +98,8 @@ async fn drive(s: &Scenario, target: &Target) -> Result<SideReport> {
     if s.listeners > 0 {
         let (n, note) = listener_budget(s, target);
         notes.extend(note);
-        listeners = Some(listen::open(n, &target.addressing, s.principals, SETUP_DEADLINE).await);
+        let slow_every = (s.slow_listeners > 0.0).then(|| (1.0 / s.slow_listeners).round().max(1.0) as usize);
+        listeners = Some(listen::open(n, &target.addressing, s.principals, SETUP_DEADLINE, slow_every).await);
     }
     // Upstream listen streams once every listener has settled: the fan-out figure.
     let upstream_listens: u64 = target.samples.iter().map(|x| x.listens_open()).sum();

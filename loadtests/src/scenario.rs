@@ -156,6 +156,9 @@ pub struct Scenario {
     pub listeners: usize,
     /// Rate at which `status` changes while listeners are open (`sample.bump()`). Default 1.
     pub update_hz: f64,
+    /// Fraction of the listeners that stop reading once acknowledged (slow clients): they
+    /// hold their streams open unread, and the figures are those of the others. Default 0.
+    pub slow_listeners: f64,
     /// Seed of the clients' random choices, for repeatable key sequences. Default 1.
     pub seed: u64,
     /// Distinct users (the default) or one anonymous user.
@@ -189,6 +192,7 @@ impl Default for Scenario {
             mix: Mix::reads_only(),
             listeners: 0,
             update_hz: 1.0,
+            slow_listeners: 0.0,
             seed: 1,
             principals: Principals::Distinct,
             proxy_config: toml::Table::new(),
@@ -248,6 +252,7 @@ impl Scenario {
             "`request_timeout` must be within (0, 1m]",
         );
         check(self.clients + self.listeners > 0, "set `clients` or `listeners` (or both)");
+        check((0.0..0.5).contains(&self.slow_listeners), "`slow_listeners` must be within [0, 0.5)");
         check(self.clients + self.listeners <= limits::CONNECTIONS, "`clients` + `listeners` must be at most 20000");
         check(self.clients == 0 || self.mix.total() > 0, "`mix` needs a positive weight");
         check(self.requests != Some(0), "`requests` must be positive");
