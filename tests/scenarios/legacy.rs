@@ -129,17 +129,6 @@ async fn get_stream(url: &str, headers: &[(&str, &str)]) -> Result<SseStream, Ex
     Ok(SseStream { body: resp.into_body(), decoder: SseDecoder::new(1 << 20) })
 }
 
-/// Waits until the upstream holds exactly one listen, for exactly `uris`.
-async fn upstream_subscribed(up: &SampleHttp, uris: &[&str]) {
-    let want = vec![uris.iter().map(|u| u.to_string()).collect::<Vec<_>>()];
-    eventually(&format!("upstream subscribed to {uris:?}"), || {
-        let got = up.sample.active_subscriptions();
-        let want = want.clone();
-        async move { (got == want).then_some(()) }
-    })
-    .await;
-}
-
 #[tokio::test]
 async fn initialize_mints_a_session_and_describes_what_the_proxy_serves() {
     let (p, _up) = proxy_with(|_| {}).await;

@@ -14,7 +14,7 @@ use tokio::process::Command;
 
 use crate::support::*;
 use resmux::config::UpstreamConfig;
-use resmux::sample::{SampleHttp, SampleSpec};
+use resmux::sample::SampleSpec;
 
 fn node_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/node")
@@ -27,17 +27,6 @@ fn require_node() {
     assert!(node.is_ok_and(|o| o.status.success()), "`node` is not installed or does not run: {hint}");
     let sdk = node_dir().join("node_modules/@modelcontextprotocol/sdk/package.json");
     assert!(sdk.exists(), "{} is missing: {hint}", sdk.display());
-}
-
-/// Waits until the upstream holds exactly one listen, for exactly `uris`.
-async fn upstream_subscribed(up: &SampleHttp, uris: &[&str]) {
-    let want = vec![uris.iter().map(|u| u.to_string()).collect::<Vec<_>>()];
-    eventually(&format!("upstream subscribed to {uris:?}"), || {
-        let got = up.sample.active_subscriptions();
-        let want = want.clone();
-        async move { (got == want).then_some(()) }
-    })
-    .await;
 }
 
 #[tokio::test]

@@ -28,17 +28,6 @@ async fn proxy_with(tweak: impl FnOnce(&mut Config)) -> (Proxy, SampleHttp) {
     (p, up)
 }
 
-/// Waits until the upstream's open listens are exactly `want` (URI lists, sorted).
-async fn upstream_listens(up: &SampleHttp, want: Vec<Vec<&str>>) {
-    let want: Vec<Vec<String>> = want.into_iter().map(|v| v.into_iter().map(str::to_owned).collect()).collect();
-    eventually(&format!("upstream listens == {want:?}"), || {
-        let got = up.sample.active_subscriptions();
-        let want = want.clone();
-        async move { (got == want).then_some(()) }
-    })
-    .await;
-}
-
 fn sub_id(m: &Value) -> Value {
     m["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"].clone()
 }
@@ -175,16 +164,7 @@ async fn an_upstream_restart_resynchronises_listeners_and_the_cache() {
     let mut cfg = config(vec![UpstreamConfig::http("docs", &up.url())]);
     cfg.hub.reconnect_max = Duration::from_millis(200);
     let p = Proxy::start(cfg).await;
-    let client = p.client.clone();
-    eventually("discovered", || {
-        let client = client.clone();
-        async move {
-            client.request("server/discover", json!({})).await.result()["capabilities"]["resources"]
-                .as_object()
-                .map(|_| ())
-        }
-    })
-    .await;
+    discovered(&p.client).await;
     let mut l = p
         .client
         .listen(json!(1), json!({"resourceSubscriptions": ["docs://item/2"], "resourcesListChanged": true}))

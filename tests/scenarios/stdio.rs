@@ -55,16 +55,7 @@ async fn a_stdio_upstream_listen_delivers_its_changes() {
     let mut cmd = notes_command(false);
     cmd.extend(["--tick-ms".to_owned(), "100".to_owned()]);
     let p = Proxy::start(config(vec![UpstreamConfig::stdio("notes", cmd)])).await;
-    let client = p.client.clone();
-    eventually("discovered", || {
-        let client = client.clone();
-        async move {
-            client.request("server/discover", json!({})).await.result()["capabilities"]["resources"]
-                .as_object()
-                .map(|_| ())
-        }
-    })
-    .await;
+    discovered(&p.client).await;
     let mut l = p.client.listen(json!(5), json!({"resourceSubscriptions": ["notes://status"]})).await.unwrap();
     let ack = l.next().await;
     assert_eq!(ack["params"]["notifications"]["resourceSubscriptions"], json!(["notes://status"]));

@@ -109,17 +109,6 @@ fn upstream_toml(name: &str, up: &SampleHttp) -> String {
     format!("[[upstream]]\nname = \"{name}\"\nurl = \"{}\"\n", up.url())
 }
 
-/// Waits until the upstream holds exactly one listen, for exactly `uris`.
-async fn upstream_subscribed(up: &SampleHttp, uris: &[&str]) {
-    let want = vec![uris.iter().map(|u| u.to_string()).collect::<Vec<_>>()];
-    eventually(&format!("upstream subscribed to {uris:?}"), || {
-        let got = up.sample.active_subscriptions();
-        let want = want.clone();
-        async move { (got == want).then_some(()) }
-    })
-    .await;
-}
-
 #[tokio::test]
 async fn a_modern_client_discovers_lists_reads_calls_and_listens_until_it_cancels() {
     let up = sample_http(SampleSpec::generated("docs", 12)).await;

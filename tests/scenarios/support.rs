@@ -282,3 +282,32 @@ impl McpClient {
         })
     }
 }
+
+/// Waits until the proxy's `server/discover` shows resources: its upstreams are discovered.
+pub async fn discovered(client: &McpClient) {
+    eventually("upstreams discovered", || {
+        let client = client.clone();
+        async move {
+            client.request("server/discover", json!({})).await.result()["capabilities"]["resources"]
+                .as_object()
+                .map(|_| ())
+        }
+    })
+    .await;
+}
+
+/// Waits until the upstream's open listens are exactly `want` (URI lists, sorted).
+pub async fn upstream_listens(up: &SampleHttp, want: Vec<Vec<&str>>) {
+    let want: Vec<Vec<String>> = want.into_iter().map(|v| v.into_iter().map(str::to_owned).collect()).collect();
+    eventually(&format!("upstream listens == {want:?}"), || {
+        let got = up.sample.active_subscriptions();
+        let want = want.clone();
+        async move { (got == want).then_some(()) }
+    })
+    .await;
+}
+
+/// Waits until the upstream holds exactly one listen, for exactly `uris`.
+pub async fn upstream_subscribed(up: &SampleHttp, uris: &[&str]) {
+    upstream_listens(up, vec![uris.to_vec()]).await;
+}
