@@ -8,6 +8,7 @@ mod listener;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -42,6 +43,10 @@ struct Inner {
     shutdown: CancellationToken,
     /// Upstream listens opened since start, per upstream (for tests and metrics).
     opened: Vec<AtomicU64>,
+    /// What each upstream is subscribed to right now (the feed's live listen, or its legacy
+    /// subscriptions): a listen is acknowledged once its topics are covered, so that no change
+    /// after the acknowledgment can be missed.
+    active: Vec<watch::Sender<Filter>>,
 }
 
 #[derive(Default)]
@@ -78,6 +83,7 @@ impl Hub {
     ) -> Self {
         let desired = upstreams.iter().map(|_| watch::channel(Filter::default()).0).collect();
         let opened = upstreams.iter().map(|_| AtomicU64::new(0)).collect();
+        let active = upstreams.iter().map(|_| watch::channel(Filter::default()).0).collect();
         let hub = Self(Arc::new(Inner {
             config,
             upstreams,
@@ -88,6 +94,7 @@ impl Hub {
             next_id: AtomicU64::new(1),
             shutdown: cancel.child_token(),
             opened,
+            active,
         }));
         for index in 0..hub.0.upstreams.len() {
             tracker.spawn(feed::run(hub.clone(), index, cancel.clone()));
@@ -113,6 +120,37 @@ impl Hub {
     /// Upstream listens opened so far for upstream `index`.
     pub fn upstream_listens_opened(&self, index: usize) -> u64 {
         self.0.opened[index].load(Ordering::Relaxed)
+    }
+
+    /// Waits (at most `wait`) until the upstreams are subscribed to everything `listener`
+    /// listens for, so that a change after its acknowledgment reaches it. Returns whether they
+    /// are; an upstream that is down makes this time out, and its changes arrive (as a resync)
+    /// once it is back.
+    pub async fn ready(&self, listener: &Listener, wait: Duration) -> bool {
+        let covered = async {
+            for (up, topic) in &listener.topics {
+                let mut rx = self.0.active[*up].subscribe();
+                let _ = rx
+                    .wait_for(|f| match topic {
+                        Topic::Uri(uri) => f.uris.contains(uri),
+                        Topic::List(kind) => f.list(*kind),
+                    })
+                    .await;
+            }
+        };
+        tokio::time::timeout(wait, covered).await.is_ok()
+    }
+
+    /// Records a legacy upstream's live subscriptions (its lists arrive unsolicited whenever it
+    /// declared them).
+    fn set_active(&self, index: usize, upstream: &Upstream, uris: &std::collections::BTreeSet<String>) {
+        let mut f = Filter { uris: uris.clone(), ..Filter::default() };
+        if let Some(info) = upstream.info() {
+            for kind in ListKind::ALL {
+                f.set_list(kind, info.flag(kind.capability(), "listChanged"));
+            }
+        }
+        self.0.active[index].send_replace(f);
     }
 
     /// Registers a listen of `principal` asking for `filter` (downstream URIs). Only what the

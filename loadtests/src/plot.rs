@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 
-use crate::report::ScenarioReport;
+use crate::report::{ListenReport, ScenarioReport, SideReport};
 use crate::scenario::Side;
 
 const SIZE: (u32, u32) = (960, 540);
@@ -32,45 +32,37 @@ struct Series {
 /// Every latency distribution of the scenario: requests per side, and notification delivery
 /// per side where there were listeners.
 fn latency_series(r: &ScenarioReport) -> Vec<Series> {
-    let mut out = Vec::new();
-    for s in &r.sides {
-        if !s.latency_curve.is_empty() {
-            out.push(Series {
-                label: format!("{} requests", s.side),
-                color: color(s.side, false),
-                points: s.latency_curve.clone(),
-            });
-        }
-        if let Some(l) = &s.listen
-            && !l.latency_curve.is_empty()
-        {
-            out.push(Series {
-                label: format!("{} notifications", s.side),
-                color: color(s.side, true),
-                points: l.latency_curve.clone(),
-            });
-        }
-    }
-    out
+    series(r, ("requests", |s| &s.latency_curve), ("notifications", |l| &l.latency_curve))
 }
 
 fn throughput_series(r: &ScenarioReport) -> Vec<Series> {
+    series(r, ("req/s", |s| &s.throughput), ("notifications/s", |l| &l.throughput))
+}
+
+type Points = Vec<(f64, f64)>;
+
+/// One series per side for requests and, where there were listeners, one for notifications.
+fn series(
+    r: &ScenarioReport,
+    (req_label, req): (&str, fn(&SideReport) -> &Points),
+    (note_label, note): (&str, fn(&ListenReport) -> &Points),
+) -> Vec<Series> {
     let mut out = Vec::new();
     for s in &r.sides {
-        if !s.throughput.is_empty() {
+        if !req(s).is_empty() {
             out.push(Series {
-                label: format!("{} req/s", s.side),
+                label: format!("{} {req_label}", s.side),
                 color: color(s.side, false),
-                points: s.throughput.clone(),
+                points: req(s).clone(),
             });
         }
         if let Some(l) = &s.listen
-            && !l.throughput.is_empty()
+            && !note(l).is_empty()
         {
             out.push(Series {
-                label: format!("{} notifications/s", s.side),
+                label: format!("{} {note_label}", s.side),
                 color: color(s.side, true),
-                points: l.throughput.clone(),
+                points: note(l).clone(),
             });
         }
     }

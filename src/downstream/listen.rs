@@ -90,6 +90,9 @@ pub(super) async fn write(hub: Hub, sub: Subscription, tx: mpsc::Sender<Bytes>, 
         let tx = &tx;
         async move { matches!(timeout(slow, tx.send(frame)).await, Ok(Ok(()))) }
     };
+    // Acknowledge once the upstreams carry what was honoured, so no change after the
+    // acknowledgment is missed (bounded: an upstream that is down resyncs when it is back).
+    hub.ready(&sub.listener, cfg.ack_timeout.min(Duration::from_secs(3))).await;
     if !send(framing.frame(&ack(&sid, &sub.honoured))).await {
         return;
     }

@@ -104,12 +104,14 @@ async fn run_legacy(hub: &Hub, index: usize, session: &Session, state: &mut Feed
     }
     state.session = Some(session.generation);
     state.lost = false;
+    hub.set_active(index, &upstream, &subscribed);
     loop {
         let want = effective(hub, &upstream, &desired.borrow_and_update()).uris;
         for uri in want.difference(&subscribed).cloned().collect::<Vec<_>>() {
             match legacy_call(&upstream, "resources/subscribe", &uri).await {
                 Ok(()) => {
                     subscribed.insert(uri);
+                    hub.set_active(index, &upstream, &subscribed);
                 }
                 Err(reason) => {
                     tracing::warn!(upstream = %upstream.name(), %uri, %reason, "resources/subscribe failed; will retry");
@@ -126,6 +128,7 @@ async fn run_legacy(hub: &Hub, index: usize, session: &Session, state: &mut Feed
                     tracing::debug!(upstream = %upstream.name(), %uri, %reason, "resources/unsubscribe failed");
                 }
                 subscribed.remove(&uri);
+                hub.set_active(index, &upstream, &subscribed);
             }
             remove_at = None;
         } else if remove_at.is_none() {
@@ -172,6 +175,7 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
     let mut info = upstream.info_watch();
     let mut backoff = Backoff::new(Duration::from_millis(100), cfg.reconnect_max);
     let lost = &mut state.lost;
+    hub.0.active[index].send_replace(Filter::default());
     let mut current: Option<(UpstreamListen, Filter)> = None;
     let mut shrink_at: Option<Instant> = None;
     let mut dedupe: Option<(HashSet<Change>, Instant)> = None;
@@ -195,6 +199,7 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
                         *lost = false;
                     }
                     backoff.reset();
+                    hub.0.active[index].send_replace(want.clone());
                     current = Some((stream, want));
                 }
                 Err(reason) => {
@@ -223,6 +228,7 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
                 shrink_at = None;
                 if want.is_empty() {
                     drop(stream);
+                    hub.0.active[index].send_replace(Filter::default());
                     continue;
                 }
                 match switch(&hub, index, &mut stream, &want, cfg.ack_timeout).await {
@@ -230,6 +236,7 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
                         hub.0.opened[index].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tracing::debug!(upstream = %upstream.name(), filter = %want.to_json(), "upstream listen switched");
                         dedupe = Some((seen, Instant::now() + DEDUPE_WINDOW));
+                        hub.0.active[index].send_replace(want.clone());
                         current = Some((next, want));
                     }
                     Err(reason) => {

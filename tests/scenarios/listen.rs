@@ -348,3 +348,18 @@ async fn a_slow_listener_delays_no_one_and_loses_no_change() {
     }
     assert!(received < rounds * uris.len(), "the stalled listener's changes were coalesced ({received})");
 }
+
+/// The acknowledgment waits until the upstream carries the subscription: a change made the
+/// moment the client sees the acknowledgment still reaches it.
+#[tokio::test]
+async fn a_change_right_after_the_acknowledgment_is_delivered() {
+    let (p, up) = proxy_with(|_| {}).await;
+    for round in 0..5 {
+        let uri = format!("docs://item/{round}");
+        let mut l = p.client.listen(json!(round), json!({"resourceSubscriptions": [uri]})).await.unwrap();
+        assert_eq!(l.next().await["method"], "notifications/subscriptions/acknowledged");
+        up.sample.touch(&uri);
+        let update = l.next().await;
+        assert_eq!(update["params"]["uri"], uri.as_str(), "round {round}");
+    }
+}
