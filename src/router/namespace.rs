@@ -52,11 +52,6 @@ impl Namespace {
         self.prefixes.get(index).and_then(|p| p.as_deref())
     }
 
-    /// Whether any upstream is prefixed (so results need rewriting).
-    pub fn any_prefixed(&self) -> bool {
-        self.prefixes.iter().any(Option::is_some)
-    }
-
     /// Routes a downstream resource URI (or URI template).
     pub fn route_uri<'a>(&'a self, uri: &'a str) -> Option<Route<'a>> {
         self.route(uri, |p| uri.strip_prefix(p)?.strip_prefix(URI_SEP))
