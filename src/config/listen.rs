@@ -24,6 +24,10 @@ pub struct ListenConfig {
     /// Most concurrent downstream connections; further connections wait in the accept queue.
     /// Default 10,000.
     pub max_connections: usize,
+    /// Also accept HTTP/2 with prior knowledge (h2c). Default false: MCP clients speak
+    /// HTTP/1.1 in clear text, and the dual-protocol connection costs ~9 KiB more per open
+    /// connection (10,000 idle listen streams: 304 MB instead of 212 MB).
+    pub http2: bool,
     /// Path serving Prometheus metrics on the same listener (GET). Empty disables it.
     /// Default `/metrics`.
     pub metrics_path: String,
@@ -50,6 +54,7 @@ impl Default for ListenConfig {
             allowed_hosts: Vec::new(),
             max_connections: 10_000,
             metrics_path: "/metrics".into(),
+            http2: false,
             max_legacy_sessions: 10_000,
             legacy_session_idle: Duration::from_secs(30 * 60),
         }

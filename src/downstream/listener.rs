@@ -1,5 +1,11 @@
 //! Accepting downstream connections: `TCP_NODELAY`, a bound on concurrent connections, HTTP/1.1
-//! keep-alive or HTTP/2 (prior knowledge), and graceful shutdown on cancellation.
+//! keep-alive (and, when configured, HTTP/2 with prior knowledge), and graceful shutdown on
+//! cancellation.
+//!
+//! HTTP/1.1-only is the default because it is what MCP clients speak in clear text, and
+//! because a connection served by the dual-protocol builder carries the HTTP/2 state machine
+//! in its future whatever the client speaks: with 10,000 idle listen streams the proxy's RSS
+//! was 304 MB with it and 212 MB without (`resmux-load run fanout-10k`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -19,12 +25,19 @@ use super::Endpoint;
 const DRAIN: Duration = Duration::from_secs(5);
 
 /// Serves `endpoint` on `listener` until `cancel`, then drains open connections.
-pub async fn serve(listener: TcpListener, endpoint: Endpoint, max_connections: usize, cancel: CancellationToken) {
+pub async fn serve(
+    listener: TcpListener,
+    endpoint: Endpoint,
+    max_connections: usize,
+    http2: bool,
+    cancel: CancellationToken,
+) {
     let graceful = GracefulShutdown::new();
     // Each connection holds a permit; at the bound, accepting pauses (the kernel backlog holds
     // further connections) instead of failing them.
     let permits = Arc::new(Semaphore::new(max_connections));
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let http1 = hyper::server::conn::http1::Builder::new();
+    let auto = auto::Builder::new(TokioExecutor::new());
     loop {
         let permit = tokio::select! {
             _ = cancel.cancelled() => break,
@@ -47,14 +60,24 @@ pub async fn serve(listener: TcpListener, endpoint: Endpoint, max_connections: u
             let endpoint = endpoint.clone();
             async move { Ok::<_, Infallible>(endpoint.serve(req).await) }
         });
-        let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "downstream connection ended with error");
-            }
-            drop(permit);
-        });
+        let io = TokioIo::new(stream);
+        if http2 {
+            let conn = graceful.watch(auto.serve_connection(io, service).into_owned());
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(%peer, error = %e, "downstream connection ended with error");
+                }
+                drop(permit);
+            });
+        } else {
+            let conn = graceful.watch(http1.serve_connection(io, service));
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(%peer, error = %e, "downstream connection ended with error");
+                }
+                drop(permit);
+            });
+        }
     }
     drop(listener);
     tokio::select! {

@@ -198,3 +198,33 @@ async fn a_dead_upstream_gives_a_gateway_error_that_says_so() {
     assert_eq!(err["data"]["upstream"], "gone");
     assert_eq!(err["data"]["retryable"], true);
 }
+
+#[tokio::test]
+async fn http2_prior_knowledge_is_served_only_when_enabled() {
+    use http_body_util::{BodyExt, Full};
+    let up = sample_http(SampleSpec::generated("docs", 1)).await;
+    for enabled in [false, true] {
+        let mut cfg = config(vec![UpstreamConfig::http("docs", &up.url())]);
+        cfg.listen.http2 = enabled;
+        let p = Proxy::start(cfg).await;
+        let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http2_only(true)
+            .build_http::<Full<bytes::Bytes>>();
+        let req = http::Request::post(format!("http://{}/mcp", p.app.local_addr()))
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "server/discover")
+            .body(Full::new(bytes::Bytes::from(body("server/discover", json!({"_meta": meta()})))))
+            .unwrap();
+        let answer = tokio::time::timeout(DEADLINE, client.request(req)).await.expect("in time");
+        match (enabled, answer) {
+            (true, Ok(resp)) => {
+                assert_eq!(resp.status(), 200);
+                let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+                assert!(String::from_utf8_lossy(&bytes).contains("supportedVersions"));
+            }
+            (false, Err(_)) => {}
+            (enabled, other) => panic!("http2 = {enabled}: unexpected {:?}", other.map(|r| r.status())),
+        }
+    }
+}
