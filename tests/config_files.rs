@@ -51,7 +51,7 @@ colour = "blue"
 "#,
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_resmux")).args(["check", "-c"]).arg(&path).output().unwrap();
+    let out = check(&path);
     assert!(!out.status.success());
     let text = String::from_utf8_lossy(&out.stderr);
     // Decoding errors of independent sections are all reported...
@@ -75,7 +75,7 @@ timeout = "0s"
 "#,
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_resmux")).args(["check", "-c"]).arg(&path).output().unwrap();
+    let out = check(&path);
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("3 errors"), "{text}");
     assert!(text.contains(":3: upstream[0].name"), "{text}");
@@ -88,7 +88,12 @@ fn syntax_errors_point_at_their_line() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.toml");
     std::fs::write(&path, "[listen]\naddr = \n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_resmux")).args(["check", "-c"]).arg(&path).output().unwrap();
+    let out = check(&path);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains(":2:"));
+}
+
+/// Runs `resmux check -c path`.
+fn check(path: &std::path::Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_resmux")).args(["check", "-c"]).arg(path).output().unwrap()
 }

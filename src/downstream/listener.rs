@@ -62,21 +62,9 @@ pub async fn serve(
         });
         let io = TokioIo::new(stream);
         if http2 {
-            let conn = graceful.watch(auto.serve_connection(io, service).into_owned());
-            tokio::spawn(async move {
-                if let Err(e) = conn.await {
-                    tracing::debug!(%peer, error = %e, "downstream connection ended with error");
-                }
-                drop(permit);
-            });
+            spawn_connection(graceful.watch(auto.serve_connection(io, service).into_owned()), peer, permit);
         } else {
-            let conn = graceful.watch(http1.serve_connection(io, service));
-            tokio::spawn(async move {
-                if let Err(e) = conn.await {
-                    tracing::debug!(%peer, error = %e, "downstream connection ended with error");
-                }
-                drop(permit);
-            });
+            spawn_connection(graceful.watch(http1.serve_connection(io, service)), peer, permit);
         }
     }
     drop(listener);
@@ -84,4 +72,18 @@ pub async fn serve(
         _ = graceful.shutdown() => {}
         _ = tokio::time::sleep(DRAIN) => tracing::warn!("forcing shutdown with connections still open"),
     }
+}
+
+/// Runs one connection to its end; its permit frees a connection slot then.
+fn spawn_connection<C, E>(conn: C, peer: std::net::SocketAddr, permit: tokio::sync::OwnedSemaphorePermit)
+where
+    C: Future<Output = Result<(), E>> + Send + 'static,
+    E: std::fmt::Display,
+{
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(%peer, error = %e, "downstream connection ended with error");
+        }
+        drop(permit);
+    });
 }

@@ -22,7 +22,7 @@ use crate::downstream::validate::{self, Body};
 use crate::error::Error;
 use crate::jsonrpc::{Incoming, RequestId, encode_error, encode_result};
 
-type Resp = Response<BoxBody<Bytes, Infallible>>;
+pub(super) type Resp = Response<BoxBody<Bytes, Infallible>>;
 
 /// A running sample HTTP server. Dropping it does not stop it; call [`SampleHttp::stop`].
 pub struct SampleHttp {
@@ -126,7 +126,7 @@ async fn serve(sample: &Sample, req: Request<hyper::body::Incoming>, cancel: Can
 /// keep-alive comments; it ends when the client goes away or the server stops.
 fn listen_stream(sample: &Sample, id: RequestId, listen: Listen, cancel: CancellationToken) -> Resp {
     // Bounded: a client that stops reading stalls only its own stream.
-    let (tx, mut rx) = mpsc::channel::<Bytes>(64);
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
     let mut updates = sample.subscribe_updates();
     let guard = sample.listen_opened(&listen);
     let sub_id = id.as_json().to_owned();
@@ -160,6 +160,16 @@ fn listen_stream(sample: &Sample, id: RequestId, listen: Listen, cancel: Cancell
             }
         }
     });
+    sse(rx)
+}
+
+fn rejected(r: validate::Rejected) -> Resp {
+    let (status, err) = Error::from(r.error).to_jsonrpc();
+    json(status, encode_error(r.id.as_ref(), &err))
+}
+
+/// An SSE response whose events come from `rx`; it ends when every sender is gone.
+pub(super) fn sse(mut rx: mpsc::Receiver<Bytes>) -> Resp {
     let body = StreamBody::new(futures_util::stream::poll_fn(move |cx| {
         rx.poll_recv(cx).map(|o| o.map(|b| Ok::<_, Infallible>(Frame::data(b))))
     }));
@@ -169,19 +179,14 @@ fn listen_stream(sample: &Sample, id: RequestId, listen: Listen, cancel: Cancell
     resp
 }
 
-fn rejected(r: validate::Rejected) -> Resp {
-    let (status, err) = Error::from(r.error).to_jsonrpc();
-    json(status, encode_error(r.id.as_ref(), &err))
-}
-
-fn json(code: StatusCode, body: Bytes) -> Resp {
+pub(super) fn json(code: StatusCode, body: Bytes) -> Resp {
     let mut resp = Response::new(Full::new(body).boxed());
     *resp.status_mut() = code;
     resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
 }
 
-fn status(code: StatusCode) -> Resp {
+pub(super) fn status(code: StatusCode) -> Resp {
     let mut resp = Response::new(Full::new(Bytes::new()).boxed());
     *resp.status_mut() = code;
     resp

@@ -4,25 +4,20 @@
 //! the session's GET stream, and results carry none of the 2026-07-28 fields.
 
 use std::collections::{HashMap, HashSet};
-use std::convert::Infallible;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::CONTENT_TYPE;
-use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
-use hyper::body::Frame;
+use http::{HeaderValue, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::handler::{Handled, Sample, SampleEvent};
+use super::http::{Resp, json, sse, status};
 use crate::jsonrpc::{Incoming, Kind, RawObject, RpcError, code, encode_error, encode_result, raw_str};
 use crate::mcp;
-
-type Resp = Response<BoxBody<Bytes, Infallible>>;
 
 /// The sessions of a legacy sample: their subscribed URIs.
 #[derive(Default)]
@@ -87,7 +82,7 @@ pub(super) async fn serve(sample: &Sample, req: Request<hyper::body::Incoming>, 
             "capabilities": {"resources": {"subscribe": true}, "tools": {}, "prompts": {}},
             "serverInfo": {"name": sample.spec().name, "version": "1.0.0"},
         });
-        let mut resp = json_resp(encode_result(&id, result.to_string().as_bytes()));
+        let mut resp = json(StatusCode::OK, encode_result(&id, result.to_string().as_bytes()));
         resp.headers_mut().insert(mcp::H_SESSION_ID, HeaderValue::from_str(&sid).expect("ascii"));
         return resp;
     }
@@ -119,9 +114,9 @@ pub(super) async fn serve(sample: &Sample, req: Request<hyper::body::Incoming>, 
                     set.remove(&uri);
                 }
             }
-            return json_resp(encode_result(&id, b"{}"));
+            return json(StatusCode::OK, encode_result(&id, b"{}"));
         }
-        "ping" => return json_resp(encode_result(&id, b"{}")),
+        "ping" => return json(StatusCode::OK, encode_result(&id, b"{}")),
         "tools/call" if params.get_str("name").as_deref() == Some("confirm") => {
             sample.note("tools/call");
             return confirm(sample, id);
@@ -136,16 +131,16 @@ pub(super) async fn serve(sample: &Sample, req: Request<hyper::body::Incoming>, 
                     obj.remove(k);
                 }
             }
-            json_resp(encode_result(&id, v.to_string().as_bytes()))
+            json(StatusCode::OK, encode_result(&id, v.to_string().as_bytes()))
         }
         Handled::Error(e) if e.code == code::INVALID_PARAMS && uri.is_some() && msg.method() == "resources/read" => {
             // 2025-11-25's "resource not found".
             let e = RpcError::new(code::LEGACY_RESOURCE_NOT_FOUND, "Resource not found").with_data(json!({"uri": uri}));
-            json_resp(encode_error(Some(&id), &e))
+            json(StatusCode::OK, encode_error(Some(&id), &e))
         }
-        Handled::Error(e) => json_resp(encode_error(Some(&id), &e)),
+        Handled::Error(e) => json(StatusCode::OK, encode_error(Some(&id), &e)),
         Handled::Listen(_) => {
-            json_resp(encode_error(Some(&id), &RpcError::new(code::METHOD_NOT_FOUND, "Method not found")))
+            json(StatusCode::OK, encode_error(Some(&id), &RpcError::new(code::METHOD_NOT_FOUND, "Method not found")))
         }
     }
 }
@@ -156,7 +151,7 @@ fn confirm(sample: &Sample, id: crate::jsonrpc::RequestId) -> Resp {
     let question_id = format!("\"q-{}\"", sample.total());
     let (answer_tx, answer_rx) = tokio::sync::oneshot::channel();
     sample.sessions().asked.lock().expect("asked").insert(question_id.clone(), answer_tx);
-    let (tx, mut rx) = mpsc::channel::<Bytes>(4);
+    let (tx, rx) = mpsc::channel::<Bytes>(4);
     tokio::spawn(async move {
         let question = format!(
             r#"{{"jsonrpc":"2.0","id":{question_id},"method":"elicitation/create","params":{{"mode":"form","message":"Proceed?","requestedSchema":{{"type":"object","properties":{{"ok":{{"type":"boolean"}}}}}}}}}}"#
@@ -179,18 +174,13 @@ fn confirm(sample: &Sample, id: crate::jsonrpc::RequestId) -> Resp {
             )))
             .await;
     });
-    let body = StreamBody::new(futures_util::stream::poll_fn(move |cx| {
-        rx.poll_recv(cx).map(|o| o.map(|b| Ok::<_, Infallible>(Frame::data(b))))
-    }));
-    let mut resp = Response::new(BodyExt::boxed(body));
-    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    resp
+    sse(rx)
 }
 
 /// The session's GET stream: `notifications/resources/updated` for its subscribed URIs.
 fn stream(sample: &Sample, sid: String, cancel: CancellationToken) -> Resp {
     // Bounded: a client that stops reading stalls only its own stream.
-    let (tx, mut rx) = mpsc::channel::<Bytes>(64);
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
     let mut updates = sample.subscribe_updates();
     let sample = sample.clone();
     let streams = &sample.sessions().streams;
@@ -224,12 +214,7 @@ fn stream(sample: &Sample, sid: String, cancel: CancellationToken) -> Resp {
             }
         }
     });
-    let body = StreamBody::new(futures_util::stream::poll_fn(move |cx| {
-        rx.poll_recv(cx).map(|o| o.map(|b| Ok::<_, Infallible>(Frame::data(b))))
-    }));
-    let mut resp = Response::new(BodyExt::boxed(body));
-    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    resp
+    sse(rx)
 }
 
 /// Counts a GET stream as closed when its task ends.
@@ -239,16 +224,4 @@ impl Drop for StreamGuard {
     fn drop(&mut self) {
         self.0.sessions().streams.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
-}
-
-fn json_resp(body: Bytes) -> Resp {
-    let mut resp = Response::new(Full::new(body).boxed());
-    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    resp
-}
-
-fn status(code: StatusCode) -> Resp {
-    let mut resp = Response::new(Full::new(Bytes::new()).boxed());
-    *resp.status_mut() = code;
-    resp
 }

@@ -15,7 +15,6 @@ use serde_json::{Value, json};
 use crate::support::*;
 use resmux::config::{Config, UpstreamConfig};
 use resmux::sample::{SampleHttp, SampleSpec};
-use resmux::upstream::sse::SseDecoder;
 
 async fn proxy_with(tweak: impl FnOnce(&mut Config)) -> (Proxy, SampleHttp) {
     let up = sample_http(SampleSpec::generated("docs", 12)).await;
@@ -63,7 +62,7 @@ impl Session {
     }
 
     /// GET with the session id: the stream, or the refusal.
-    async fn stream(&self) -> Result<SseStream, Exchange> {
+    async fn stream(&self) -> Result<Listening, Exchange> {
         get_stream(&self.url, &[("mcp-session-id", self.id.as_str()), ("accept", "text/event-stream")]).await
     }
 
@@ -72,45 +71,7 @@ impl Session {
     }
 }
 
-/// A standalone SSE stream as a legacy client reads it.
-struct SseStream {
-    body: hyper::body::Incoming,
-    decoder: SseDecoder,
-}
-
-impl SseStream {
-    /// The next message, or `None` if none arrives within `wait` or the stream ends.
-    async fn next_within(&mut self, wait: Duration) -> Option<Value> {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            if let Some(event) = self.decoder.next_event().expect("event size") {
-                return Some(serde_json::from_str(&event.data).expect("SSE data is JSON"));
-            }
-            let frame = tokio::time::timeout_at(deadline, self.body.frame()).await.ok()??;
-            if let Ok(data) = frame.expect("stream frame").into_data() {
-                self.decoder.push(&data);
-            }
-        }
-    }
-
-    async fn next(&mut self) -> Value {
-        self.next_within(DEADLINE).await.expect("a message on the stream")
-    }
-
-    /// Whether the server ends the stream within the deadline.
-    async fn ends(&mut self) -> bool {
-        let deadline = tokio::time::Instant::now() + DEADLINE;
-        while let Ok(frame) = tokio::time::timeout_at(deadline, self.body.frame()).await {
-            match frame {
-                None | Some(Err(_)) => return true,
-                Some(Ok(_)) => {}
-            }
-        }
-        false
-    }
-}
-
-async fn get_stream(url: &str, headers: &[(&str, &str)]) -> Result<SseStream, Exchange> {
+async fn get_stream(url: &str, headers: &[(&str, &str)]) -> Result<Listening, Exchange> {
     let http: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let mut req = Request::get(url);
     for (k, v) in headers {
@@ -126,7 +87,7 @@ async fn get_stream(url: &str, headers: &[(&str, &str)]) -> Result<SseStream, Ex
         return Err(Exchange { status, headers, body });
     }
     assert_eq!(headers["content-type"], "text/event-stream");
-    Ok(SseStream { body: resp.into_body(), decoder: SseDecoder::new(1 << 20) })
+    Ok(Listening::from_response(resp))
 }
 
 #[tokio::test]

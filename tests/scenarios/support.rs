@@ -210,6 +210,24 @@ pub struct Listening {
 }
 
 impl Listening {
+    /// Reads an SSE response (a listen, or a legacy GET stream).
+    pub fn from_response(resp: http::Response<hyper::body::Incoming>) -> Self {
+        let (status, headers) = (resp.status(), resp.headers().clone());
+        Self { status, headers, body: resp.into_body(), decoder: resmux::upstream::sse::SseDecoder::new(1 << 20) }
+    }
+
+    /// Whether the server ends the stream within [`DEADLINE`].
+    pub async fn ends(&mut self) -> bool {
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        while let Ok(frame) = tokio::time::timeout_at(deadline, self.body.frame()).await {
+            match frame {
+                None | Some(Err(_)) => return true,
+                Some(Ok(_)) => {}
+            }
+        }
+        false
+    }
+
     /// The next message, or `None` if none arrives within `wait` (or the stream ended).
     pub async fn next_within(&mut self, wait: Duration) -> Option<Value> {
         let deadline = tokio::time::Instant::now() + wait;
@@ -274,12 +292,7 @@ impl McpClient {
             let body = resp.into_body().collect().await.expect("body").to_bytes();
             return Err(Exchange { status, headers, body });
         }
-        Ok(Listening {
-            status,
-            headers,
-            body: resp.into_body(),
-            decoder: resmux::upstream::sse::SseDecoder::new(1 << 20),
-        })
+        Ok(Listening::from_response(resp))
     }
 }
 
