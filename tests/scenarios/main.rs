@@ -13,4 +13,5 @@ mod namespace;
 mod rmcp_interop;
 mod stdio;
 mod stdio_downstream;
+mod ts_v2_client;
 mod wire;
