@@ -65,7 +65,7 @@ fn hit_path(c: &mut Criterion) {
                 r#"{{"resultType":"complete","contents":[{{"uri":"docs://item/{i}","text":"{text}"}}],"ttlMs":60000,"cacheScope":"public"}}"#
             );
             let ticket = cache.epochs().ticket(0, CachedMethod::ResourcesRead, Some(&format!("docs://item/{i}")));
-            cache.store(key(i), Stored::result(result.as_bytes()).unwrap(), Duration::from_secs(60), ticket);
+            cache.store(key(i), Stored::result(result.as_bytes()).unwrap(), Duration::from_secs(60), ticket, None);
         }
         let principal = Authenticator::new().principal(Some(b"Bearer token"));
         let id = RequestId::number(1);

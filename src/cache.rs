@@ -7,6 +7,7 @@ mod entry;
 mod epochs;
 mod flight;
 mod key;
+mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +18,7 @@ pub use entry::{Entry, Stored, splice_ttl};
 pub use epochs::{Epochs, Ticket};
 pub use flight::{FlightKey, Flights};
 pub use key::{CacheKey, CachedMethod, Partition, canonical_params, canonical_params_with};
+pub use watch::Watches;
 
 use crate::auth::Principal;
 use crate::config::CacheConfig;
@@ -39,6 +41,8 @@ struct Inner {
     config: CacheConfig,
     store: moka::sync::Cache<CacheKey, Arc<Entry>>,
     epochs: Epochs,
+    /// URIs of cached reads, for the hub's standing listens.
+    watches: Arc<Watches>,
 }
 
 /// Reclaims memory of entries past their stale window. Freshness itself is decided at lookup
@@ -54,12 +58,26 @@ impl moka::Expiry<CacheKey, Arc<Entry>> for Reclaim {
 impl Cache {
     /// A cache bounded by `config.max_bytes`, `upstreams` wide.
     pub fn new(config: CacheConfig, upstreams: usize) -> Self {
+        let watches = Arc::new(Watches::new(upstreams, config.max_watched_uris));
+        let released = watches.clone();
         let store = moka::sync::Cache::builder()
             .max_capacity(config.max_bytes)
             .weigher(|k: &CacheKey, v: &Arc<Entry>| u32::try_from(k.weight() + v.weight()).unwrap_or(u32::MAX))
             .expire_after(Reclaim)
+            // Every removal (expiry, eviction, replacement, invalidation) releases the entry's
+            // watch; every store took one.
+            .eviction_listener(move |k: Arc<CacheKey>, v: Arc<Entry>, _cause| {
+                if let Some(uri) = &v.watched {
+                    released.release(k.upstream, uri);
+                }
+            })
             .build();
-        Self(Arc::new(Inner { config, store, epochs: Epochs::new(upstreams) }))
+        Self(Arc::new(Inner { config, store, epochs: Epochs::new(upstreams), watches }))
+    }
+
+    /// The URIs of cached reads that upstream notifications must be able to evict.
+    pub fn watches(&self) -> &Watches {
+        &self.0.watches
     }
 
     /// Whether caching is on.
@@ -109,8 +127,9 @@ impl Cache {
     }
 
     /// Stores `stored` under `key` (whose partition the caller set from the result's scope),
-    /// unless it is too large or not worth keeping. Returns whether it was stored.
-    pub fn store(&self, key: CacheKey, stored: Stored, ttl: Duration, ticket: Ticket) -> bool {
+    /// unless it is too large or not worth keeping. Returns whether it was stored. `watch`
+    /// names the upstream URI to keep in the upstream's standing listen while it is cached.
+    pub fn store(&self, key: CacheKey, stored: Stored, ttl: Duration, ticket: Ticket, watch: Option<&str>) -> bool {
         let public = key.partition == Partition::Public;
         if !self.0.config.enabled || ttl.is_zero() {
             return false;
@@ -125,7 +144,11 @@ impl Cache {
             stale_window: self.0.config.stale_if_error,
             ticket,
             public,
+            watched: watch.map(Box::from),
         };
+        if let Some(uri) = watch {
+            self.0.watches.retain(key.upstream, uri);
+        }
         self.0.store.insert(key, Arc::new(entry));
         true
     }

@@ -23,6 +23,7 @@ use crate::error::{DownstreamError, Error};
 use crate::jsonrpc::RequestId;
 use crate::router::namespace::Namespace;
 use crate::upstream::Upstream;
+use crate::upstream::catalog::Named;
 use crate::upstream::listen::{Change, Filter, ListKind};
 
 /// Cheap handle over the hub.
@@ -299,8 +300,14 @@ impl Hub {
                         epochs.list_changed(up, CachedMethod::ResourcesList);
                         epochs.list_changed(up, CachedMethod::TemplatesList);
                     }
-                    ListKind::Tools => epochs.list_changed(up, CachedMethod::ToolsList),
-                    ListKind::Prompts => epochs.list_changed(up, CachedMethod::PromptsList),
+                    ListKind::Tools => {
+                        epochs.list_changed(up, CachedMethod::ToolsList);
+                        self.0.upstreams[index].catalog().forget(Named::Tools);
+                    }
+                    ListKind::Prompts => {
+                        epochs.list_changed(up, CachedMethod::PromptsList);
+                        self.0.upstreams[index].catalog().forget(Named::Prompts);
+                    }
                 }
                 (Topic::List(*kind), Pend::List(*kind))
             }
@@ -319,12 +326,13 @@ impl Hub {
     /// entries go stale now.
     fn stream_lost(&self, index: usize) {
         self.0.cache.epochs().stream_lost(index as u32);
+        self.0.upstreams[index].catalog().forget_all();
     }
 
     /// Upstream `index` is back after a loss: its listeners learn that everything they
     /// watch there may have changed.
     fn resync(&self, index: usize) {
-        self.0.cache.epochs().stream_lost(index as u32);
+        self.stream_lost(index);
         let reg = self.0.registry.lock().expect("registry");
         for listener in reg.listeners.values() {
             let changes: Vec<Pend> = listener

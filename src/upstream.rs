@@ -4,8 +4,10 @@
 //! what discovery told about it.
 
 pub mod backoff;
+pub mod catalog;
 mod discovery;
 mod era;
+mod headers;
 pub mod http;
 pub mod legacy;
 pub mod listen;
@@ -66,6 +68,8 @@ struct Inner {
     probed: std::sync::atomic::AtomicBool,
     /// The proxy's cancellation, for tasks started later (legacy GET streams).
     cancel: CancellationToken,
+    /// Its tools and prompts by name, for routing calls and mirroring tool arguments.
+    catalog: catalog::Catalog,
     metrics: Metrics,
 }
 
@@ -128,6 +132,7 @@ impl Upstream {
             sessions: AtomicU64::new(0),
             probed: std::sync::atomic::AtomicBool::new(false),
             cancel: cancel.clone(),
+            catalog: catalog::Catalog::default(),
             metrics: metrics.clone(),
         }));
         tracker.spawn(discovery::run(upstream.clone(), cancel.clone()));
@@ -142,6 +147,16 @@ impl Upstream {
     /// The configuration it was built from.
     pub fn config(&self) -> &UpstreamConfig {
         &self.0.config
+    }
+
+    /// Its tools and prompts by name.
+    pub fn catalog(&self) -> &catalog::Catalog {
+        &self.0.catalog
+    }
+
+    /// Whether requests reach it over HTTP (where `Mcp-Param-*` headers exist).
+    pub fn is_http(&self) -> bool {
+        matches!(self.0.transport, Transport::Http(_))
     }
 
     /// What discovery told, once known.
@@ -207,12 +222,13 @@ impl Upstream {
     }
 
     /// Sends one request with ready-made `params` and returns the upstream's answer in
-    /// 2026-07-28 shape. `mcp_name` is mirrored into the `Mcp-Name` header. Requests other
+    /// 2026-07-28 shape. The mirrored headers are derived from `params` (see
+    /// [`headers`]). Requests other
     /// than `tools/call` are retried once when the failure means the request may not have
     /// been processed; a legacy session that expired is re-initialized first.
-    pub async fn request(&self, method: &str, params: &[u8], mcp_name: Option<&str>) -> Result<Reply, UpstreamError> {
+    pub async fn request(&self, method: &str, params: &[u8]) -> Result<Reply, UpstreamError> {
         let started = Instant::now();
-        let result = self.request_inner(method, params, mcp_name).await;
+        let result = self.request_inner(method, params).await;
         let outcome = match &result {
             Ok(Reply::Result(_)) => "ok",
             Ok(Reply::Error(_)) => "error",
@@ -224,7 +240,7 @@ impl Upstream {
         result
     }
 
-    async fn request_inner(&self, method: &str, params: &[u8], mcp_name: Option<&str>) -> Result<Reply, UpstreamError> {
+    async fn request_inner(&self, method: &str, params: &[u8]) -> Result<Reply, UpstreamError> {
         let timeout = self.0.config.timeout;
         let deadline = Instant::now() + timeout;
         let timed_out = || UpstreamError::Timeout { upstream: self.name().to_owned(), after: timeout };
@@ -236,10 +252,8 @@ impl Upstream {
         let retries = if method == mcp::method::TOOLS_CALL { 0 } else { 1 };
         let mut attempt = 0;
         loop {
-            let result = timeout_at(deadline, self.send(&era, method, params, mcp_name))
-                .await
-                .map_err(|_| timed_out())
-                .and_then(|r| r);
+            let result =
+                timeout_at(deadline, self.send(&era, method, params)).await.map_err(|_| timed_out()).and_then(|r| r);
             match result {
                 Err(UpstreamError::SessionLost { .. }) if attempt == 0 => {
                     attempt += 1;
@@ -272,16 +286,10 @@ impl Upstream {
         }
     }
 
-    async fn send(
-        &self,
-        era: &Era,
-        method: &str,
-        params: &[u8],
-        mcp_name: Option<&str>,
-    ) -> Result<Reply, UpstreamError> {
+    async fn send(&self, era: &Era, method: &str, params: &[u8]) -> Result<Reply, UpstreamError> {
         match era {
             Era::Legacy(session) => self.send_legacy(session, method, params).await,
-            _ => self.send_modern(method, params, mcp_name).await,
+            _ => self.send_modern(method, params).await,
         }
     }
 
@@ -289,13 +297,14 @@ impl Upstream {
         RequestId::number(self.0.next_id.fetch_add(1, Ordering::Relaxed))
     }
 
-    async fn send_modern(&self, method: &str, params: &[u8], mcp_name: Option<&str>) -> Result<Reply, UpstreamError> {
+    async fn send_modern(&self, method: &str, params: &[u8]) -> Result<Reply, UpstreamError> {
         let id = self.next_id();
         let body: Bytes = encode_request(&id, method, params);
         match &self.0.transport {
             Transport::Http(t) => {
-                let headers = http::Headers::Modern { method, name: mcp_name, version: mcp::MODERN_VERSION };
-                Ok(t.exchange(id.as_json(), body, &headers, &legacy::answer_server_request).await?.reply)
+                let headers = http::Headers::modern(method, params, |tool| self.0.catalog.param_headers(tool));
+                let ex = t.exchange(id.as_json(), body, &headers, &legacy::answer_server_request).await?;
+                Ok(ex.reply.with_status(ex.status))
             }
             Transport::Stdio(t) => t.exchange(id.as_json(), body).await,
         }
@@ -339,10 +348,10 @@ impl Upstream {
         let timed_out = || UpstreamError::Timeout { upstream: self.name().to_owned(), after: timeout };
         let era = self.wait_era(deadline).await;
         let (Era::Legacy(session), Transport::Http(t)) = (&era, &self.0.transport) else {
-            return self.request(method, params, None).await.map(Relayed::Done);
+            return self.request(method, params).await.map(Relayed::Done);
         };
         if relay.is_empty() {
-            return self.request(method, params, None).await.map(Relayed::Done);
+            return self.request(method, params).await.map(Relayed::Done);
         }
         let permit = timeout_at(deadline, self.0.in_flight.clone().acquire_owned())
             .await
@@ -359,7 +368,7 @@ impl Upstream {
                     drop(permit);
                     // A fresh session, then the plain path (no questions can be relayed there).
                     self.reinitialize(&era).await?;
-                    return self.request(method, params, None).await.map(Relayed::Done);
+                    return self.request(method, params).await.map(Relayed::Done);
                 }
                 Ok(Relayed::Done(legacy::translate_reply(method, &translated, ex.reply, &self.0.config)))
             }
@@ -437,7 +446,7 @@ impl Upstream {
         let id_json = id.as_json().to_owned();
         match &self.0.transport {
             Transport::Http(t) => {
-                let headers = http::Headers::Modern { method, name: None, version: mcp::MODERN_VERSION };
+                let headers = http::Headers::modern(method, &params, |_| Arc::from(Vec::new()));
                 match t.open(&id_json, body, &headers).await? {
                     http::Opened::Stream { body, .. } => {
                         Ok(listen::UpstreamListen::http(id_json, body, t.max_message()))

@@ -82,6 +82,9 @@ pub struct Entry {
     pub ticket: Ticket,
     /// Whether it sits in the public partition.
     pub public: bool,
+    /// The upstream URI it keeps watched (see [`super::Watches`]), for reads of upstreams that
+    /// can be subscribed.
+    pub watched: Option<Box<str>>,
 }
 
 impl Entry {

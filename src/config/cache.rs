@@ -27,6 +27,11 @@ pub struct CacheConfig {
     /// Lifetime of a negative entry for "resource not found". Default 5 s; 0 disables.
     #[serde(with = "humantime_serde")]
     pub negative_ttl: Duration,
+    /// Most URIs of cached reads kept in one upstream's standing listen, so that the
+    /// upstream's `resources/updated` evicts them with no client listening. Past it the oldest
+    /// fall back to TTL-only invalidation (counted in `resmux_cache_watch_fallbacks_total`).
+    /// Default 10,000.
+    pub max_watched_uris: usize,
 }
 
 impl Default for CacheConfig {
@@ -39,6 +44,7 @@ impl Default for CacheConfig {
             max_ttl: Duration::from_secs(3600),
             stale_if_error: Duration::ZERO,
             negative_ttl: Duration::from_secs(5),
+            max_watched_uris: 10_000,
         }
     }
 }

@@ -34,6 +34,11 @@ pub struct HubConfig {
     /// from 100 ms, jittered). Default 30 s.
     #[serde(with = "humantime_serde")]
     pub reconnect_max: Duration,
+    /// How long an upstream listen waits after its URI set grows before re-listening, so that
+    /// a burst of new listeners or newly cached reads costs one re-listen (each re-listen
+    /// sends the whole set). Default 20 ms.
+    #[serde(with = "humantime_serde")]
+    pub relisten_debounce: Duration,
 }
 
 impl Default for HubConfig {
@@ -47,6 +52,7 @@ impl Default for HubConfig {
             slow_listener_timeout: Duration::from_secs(30),
             ack_timeout: Duration::from_secs(10),
             reconnect_max: Duration::from_secs(30),
+            relisten_debounce: Duration::from_millis(20),
         }
     }
 }

@@ -81,6 +81,10 @@ impl Endpoint {
                 .enumerate()
                 .map(|(i, u)| (u.name().to_owned(), self.0.hub.upstream_listens_opened(i)))
                 .collect(),
+            watched_uris: (self.0.router.upstreams().iter().enumerate())
+                .map(|(i, u)| (u.name().to_owned(), cache.watches().len(i) as u64))
+                .collect(),
+            watch_fallbacks: cache.watches().fallbacks(),
         };
         let mut resp = plain(StatusCode::OK, &self.0.metrics.render(&snapshot));
         resp.headers_mut().insert(

@@ -18,11 +18,14 @@ pub type Resp = Response<Body>;
 
 /// A routed answer: 200 with the result or the relayed error, and the cache headers.
 pub fn answer(id: &RequestId, answer: Answer) -> Resp {
-    let body = match &answer.outcome {
-        Ok(result) => encode_result(id, result),
-        Err(err) => encode_error(Some(id), err),
+    let (status, body) = match &answer.outcome {
+        Ok(result) => (StatusCode::OK, encode_result(id, result)),
+        Err(err) => {
+            let status = StatusCode::from_u16(err.downstream_status()).unwrap_or(StatusCode::OK);
+            (status, encode_error(Some(id), err))
+        }
     };
-    let mut resp = json(StatusCode::OK, body);
+    let mut resp = json(status, body);
     let h = resp.headers_mut();
     h.insert(H_CACHE, HeaderValue::from_static(answer.cache.as_str()));
     if let Some(age) = answer.age {

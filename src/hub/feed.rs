@@ -22,9 +22,10 @@ use crate::upstream::{Reply, Upstream};
 /// new one repeats it.
 const DEDUPE_WINDOW: Duration = Duration::from_secs(2);
 
-/// What the feed of `upstream` should listen for, given what is desired and what the upstream
-/// declared (nothing until it has been discovered).
-fn effective(hub: &Hub, upstream: &Upstream, desired: &Filter) -> Filter {
+/// What the feed of upstream `index` should listen for, given what listeners desire, what the
+/// cache watches, and what the upstream declared (nothing until it has been discovered).
+fn effective(hub: &Hub, index: usize, desired: &Filter) -> Filter {
+    let upstream = &hub.0.upstreams[index];
     let Some(info) = upstream.info() else { return Filter::default() };
     let standing = hub.0.cache.enabled() && upstream.config().cache;
     let mut f = Filter::default();
@@ -35,6 +36,9 @@ fn effective(hub: &Hub, upstream: &Upstream, desired: &Filter) -> Filter {
     }
     if info.flag("resources", "subscribe") {
         f.uris = desired.uris.clone();
+        if standing {
+            f.uris.extend(hub.0.cache.watches().uris(index));
+        }
     }
     f
 }
@@ -93,6 +97,7 @@ async fn run_legacy(hub: &Hub, index: usize, session: &Session, state: &mut Feed
     let upstream = hub.0.upstreams[index].clone();
     let cfg = hub.0.config.clone();
     let mut desired = hub.0.desired[index].subscribe();
+    let mut watched = hub.0.cache.watches().changes(index);
     let mut unsolicited = upstream.unsolicited();
     let mut subscribed: BTreeSet<String> = BTreeSet::new();
     let mut remove_at: Option<Instant> = None;
@@ -105,8 +110,15 @@ async fn run_legacy(hub: &Hub, index: usize, session: &Session, state: &mut Feed
     state.session = Some(session.generation);
     state.lost = false;
     hub.set_active(index, &upstream, &subscribed);
+    // Recomputed only when what is desired or watched changed, not on every notification.
+    let mut want = BTreeSet::new();
+    let mut dirty = true;
     loop {
-        let want = effective(hub, &upstream, &desired.borrow_and_update()).uris;
+        if dirty {
+            watched.mark_unchanged();
+            want = effective(hub, index, &desired.borrow_and_update()).uris;
+            dirty = false;
+        }
         for uri in want.difference(&subscribed).cloned().collect::<Vec<_>>() {
             match legacy_call(&upstream, "resources/subscribe", &uri).await {
                 Ok(()) => {
@@ -142,7 +154,8 @@ async fn run_legacy(hub: &Hub, index: usize, session: &Session, state: &mut Feed
             }
         };
         tokio::select! {
-            _ = desired.changed() => {}
+            _ = desired.changed() => dirty = true,
+            _ = watched.changed() => dirty = true,
             _ = timer => retry_at = None,
             msg = unsolicited.recv() => match msg {
                 Ok(Unsolicited::Change(change)) => hub.dispatch(index, &change),
@@ -159,7 +172,7 @@ async fn run_legacy(hub: &Hub, index: usize, session: &Session, state: &mut Feed
 /// A legacy `resources/subscribe` or `unsubscribe`.
 async fn legacy_call(upstream: &Upstream, method: &str, uri: &str) -> Result<(), String> {
     let params = serde_json::to_vec(&serde_json::json!({ "uri": uri })).expect("serializable");
-    match upstream.request(method, &params, None).await {
+    match upstream.request(method, &params).await {
         Ok(Reply::Result(_)) => Ok(()),
         Ok(Reply::Error(e)) => Err(e.to_string()),
         Err(e) => Err(e.to_string()),
@@ -172,21 +185,35 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
     let upstream = hub.0.upstreams[index].clone();
     let cfg = hub.0.config.clone();
     let mut desired = hub.0.desired[index].subscribe();
+    let mut watched = hub.0.cache.watches().changes(index);
     let mut info = upstream.info_watch();
     let mut backoff = Backoff::new(Duration::from_millis(100), cfg.reconnect_max);
     let lost = &mut state.lost;
     hub.0.active[index].send_replace(Filter::default());
     let mut current: Option<(UpstreamListen, Filter)> = None;
-    let mut shrink_at: Option<Instant> = None;
+    // When the listen is due to be switched to `want`: after the debounce for a growing set,
+    // after the linger for a set that only shrinks, after a backoff when a switch failed.
+    let mut switch_at: Option<Instant> = None;
     let mut dedupe: Option<(HashSet<Change>, Instant)> = None;
+    // Recomputed only when what is desired, watched or declared changed, not on every
+    // notification.
+    let mut want = Filter::default();
+    let mut dirty = true;
     loop {
-        let want = effective(&hub, &upstream, &desired.borrow_and_update());
+        if dirty {
+            watched.mark_unchanged();
+            info.mark_unchanged();
+            want = effective(&hub, index, &desired.borrow_and_update());
+            dirty = false;
+        }
         let Some((mut stream, have)) = current.take() else {
             if want.is_empty() {
                 tokio::select! {
                     _ = desired.changed() => {}
+                    _ = watched.changed() => {}
                     _ = info.changed() => {}
                 }
+                dirty = true;
                 continue;
             }
             match open(&upstream, &want, cfg.ack_timeout).await {
@@ -200,7 +227,7 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
                     }
                     backoff.reset();
                     hub.0.active[index].send_replace(want.clone());
-                    current = Some((stream, want));
+                    current = Some((stream, want.clone()));
                 }
                 Err(reason) => {
                     tracing::warn!(upstream = %upstream.name(), %reason, "upstream listen failed");
@@ -216,16 +243,12 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
 
         if want != have {
             let now = Instant::now();
-            let due = match (only_shrinks(&have, &want), shrink_at) {
-                (false, _) => true,
-                (true, None) => {
-                    shrink_at = Some(now + cfg.linger);
-                    false
-                }
-                (true, Some(at)) => at <= now,
-            };
-            if due {
-                shrink_at = None;
+            let wait = if only_shrinks(&have, &want) { cfg.linger } else { cfg.relisten_debounce };
+            // A growth shortens a pending linger; nothing lengthens a pending switch.
+            let at = switch_at.map_or(now + wait, |at| at.min(now + wait));
+            switch_at = Some(at);
+            if at <= now {
+                switch_at = None;
                 if want.is_empty() {
                     drop(stream);
                     hub.0.active[index].send_replace(Filter::default());
@@ -237,29 +260,40 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
                         tracing::debug!(upstream = %upstream.name(), filter = %want.to_json(), "upstream listen switched");
                         dedupe = Some((seen, Instant::now() + DEDUPE_WINDOW));
                         hub.0.active[index].send_replace(want.clone());
-                        current = Some((next, want));
+                        current = Some((next, want.clone()));
                     }
                     Err(reason) => {
                         tracing::warn!(upstream = %upstream.name(), %reason, "could not switch upstream listen; keeping the old one");
-                        shrink_at = Some(Instant::now() + backoff.next_delay());
+                        switch_at = Some(Instant::now() + backoff.next_delay());
                         current = Some((stream, have));
                     }
                 }
                 continue;
             }
         } else {
-            shrink_at = None;
+            switch_at = None;
         }
 
-        let linger = async {
-            match shrink_at {
+        let pending = async {
+            match switch_at {
                 Some(at) => sleep_until(at).await,
                 None => std::future::pending().await,
             }
         };
         tokio::select! {
-            _ = desired.changed() => current = Some((stream, have)),
-            _ = linger => current = Some((stream, have)),
+            _ = desired.changed() => {
+                dirty = true;
+                current = Some((stream, have));
+            }
+            _ = watched.changed() => {
+                dirty = true;
+                current = Some((stream, have));
+            }
+            _ = info.changed() => {
+                dirty = true;
+                current = Some((stream, have));
+            }
+            _ = pending => current = Some((stream, have)),
             event = stream.next() => match event {
                 ListenEvent::Change(change) => {
                     let repeat = match &mut dedupe {

@@ -24,12 +24,28 @@ pub struct RpcError {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<Value>,
+    /// The 4xx HTTP status an upstream sent this error with, if any: relayed as is, because
+    /// the spec's error table gives some errors their own status (400 for -32021, …). Not
+    /// part of the JSON.
+    #[serde(skip)]
+    pub http_status: Option<u16>,
 }
 
 impl RpcError {
     /// An error with no `data`.
     pub fn new(code: i64, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), data: None }
+        Self { code, message: message.into(), data: None, http_status: None }
+    }
+
+    /// The HTTP status to answer this error with downstream: the upstream's own 4xx, or for
+    /// an error that came without one (stdio upstreams) the status the spec's table gives
+    /// its code; 200 otherwise.
+    pub fn downstream_status(&self) -> u16 {
+        match (self.http_status, self.code) {
+            (Some(status), _) => status,
+            (None, code::HEADER_MISMATCH | code::MISSING_CLIENT_CAPABILITY | code::UNSUPPORTED_PROTOCOL_VERSION) => 400,
+            _ => 200,
+        }
     }
 
     /// Attaches `data`.

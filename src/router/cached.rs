@@ -159,7 +159,13 @@ impl Router {
                 Stored::Result { tail } => Some(tail.clone()),
                 _ => None,
             };
-            if cache.store(k, stored, ttl, ticket) {
+            // A cached read stays watched on an upstream that can tell when it changes.
+            let watch = uri.filter(|_| {
+                key.method == CachedMethod::ResourcesRead
+                    && matches!(stored, Stored::Result { .. })
+                    && self.0.upstreams[key.upstream as usize].info().is_some_and(|i| i.flag("resources", "subscribe"))
+            });
+            if cache.store(k, stored, ttl, ticket, watch) {
                 let ttl_ms = ttl.as_millis() as u64;
                 fetched.ttl_ms = ttl_ms;
                 if let Some(tail) = tail {

@@ -13,6 +13,7 @@ use crate::error::{DownstreamError, Error, UpstreamError};
 use crate::jsonrpc::{RawObject, RpcError, code};
 use crate::mcp::method as m;
 use crate::upstream::Reply;
+use crate::upstream::catalog::Named;
 
 /// Which request field names the target, and how it is namespaced.
 #[derive(Clone, Copy)]
@@ -48,7 +49,7 @@ impl Router {
     async fn fetch_read(&self, call: &Call<'_>, index: usize, uri: &str) -> Result<Fetched, Error> {
         let upstream = &self.0.upstreams[index];
         let params = call.upstream_params(upstream, |p| p.set_string("uri", uri));
-        let body = match upstream.request(m::RESOURCES_READ, &params, Some(uri)).await? {
+        let body = match upstream.request(m::RESOURCES_READ, &params).await? {
             Reply::Result(body) => body,
             Reply::Error(e) if is_not_found(&e) => {
                 return Ok(Fetched { got: Got::NotFound, stored: Some(Stored::NotFound), public: false, ttl_ms: 0 });
@@ -71,36 +72,46 @@ impl Router {
         Ok(Fetched { got, stored, public: hints.public, ttl_ms: hints.ttl_ms })
     }
 
+    /// `tools/call` and `prompts/get`: routed to the one upstream that owns the name (see
+    /// [`Router::owner`]) and sent there once. MRTR: a retry of a call the proxy holds
+    /// resumes it; a call whose client can answer questions goes the relaying path, where a
+    /// legacy upstream's mid-call questions become `input_required`.
     pub(super) async fn call_named(&self, call: &Call<'_>) -> Result<Answer, Error> {
         let name = required_str(&call.params, "name")?;
+        let kind = Named::of_call(call.method).expect("routed here for tools/call and prompts/get only");
         let Some(route) = self.0.ns.route_name(&name) else {
-            let what = if call.method == m::TOOLS_CALL { "tool" } else { "prompt" };
-            return Err(DownstreamError::InvalidParams(format!("unknown {what} `{name}`")).into());
+            return Err(DownstreamError::InvalidParams(format!("unknown {} `{name}`", kind.singular())).into());
         };
-        // MRTR relay with legacy upstreams: a retry of a held call, or a call whose client can
-        // answer questions, on a route with one upstream.
-        let single = match &route {
-            Route::Prefixed(i, t) => Some((*i, *t)),
-            Route::Unprefixed(list, t) if list.len() == 1 => Some((list[0], *t)),
-            Route::Unprefixed(..) => None,
-        };
-        if let Some((index, target)) = single {
-            if let Some(state) = call.params.get_str("requestState")
-                && super::held::is_handle(&state)
-            {
-                return self.resume_held(call, &state, target).await;
-            }
-            if !super::held::relayable(&call.meta).is_empty() {
-                return self.call_relaying(call, index, target).await;
+        let (index, target) = self.owner(kind, &route).await;
+        let upstream = &self.0.upstreams[index];
+        if kind == Named::Tools && upstream.is_http() {
+            // The tool's `x-mcp-header` annotations must be known to mirror its arguments.
+            if let Err(e) = upstream.ensure_catalog(kind).await {
+                tracing::debug!(upstream = %upstream.name(), error = %e, "tools/list walk failed; no Mcp-Param headers");
             }
         }
-        let (index, reply) = self.forward(call, route, Target::Name, |p, v| p.set_string("name", v)).await?;
-        match reply {
-            Reply::Result(body) => {
-                Ok(Answer::result(self.rewrite(rewrite::content_result(&body, &self.0.ns, index), index)?))
-            }
-            Reply::Error(e) => Ok(Answer::error(rewrite::error(e, &self.0.ns, index))),
+        if let Some(state) = call.params.get_str("requestState")
+            && super::held::is_handle(&state)
+        {
+            return self.resume_held(call, &state, target).await;
         }
+        self.call_relaying(call, index, target).await
+    }
+
+    /// The upstream that owns a tool or prompt name: the prefixed one, or among unprefixed
+    /// upstreams the first in config order whose list has it (the first candidate when none
+    /// lists it, so that the caller gets that upstream's own "unknown" answer). Deterministic,
+    /// and never more than one.
+    async fn owner<'r>(&self, kind: Named, route: &Route<'r>) -> (usize, &'r str) {
+        let (candidates, target) = route.candidates();
+        if candidates.len() > 1 {
+            for &index in candidates {
+                if self.0.upstreams[index].offers(kind, target).await == Some(true) {
+                    return (index, target);
+                }
+            }
+        }
+        (candidates[0], target)
     }
 
     pub(super) async fn complete(&self, call: &Call<'_>) -> Result<Answer, Error> {
@@ -121,7 +132,7 @@ impl Router {
             return Err(bad(&format!("no upstream serves `{value}`")));
         };
         let (index, reply) = self
-            .forward(call, route, target, |p, v| {
+            .forward(call, route, |p, v| {
                 let mut r = reference.clone();
                 r.set_string(key, v);
                 p.set("ref", std::borrow::Cow::Owned(r.to_raw()));
@@ -133,13 +144,13 @@ impl Router {
         }
     }
 
-    /// Sends the request to the routed upstream. An unprefixed value goes to the unprefixed
-    /// upstreams in config order until one does not answer "not found" (first wins).
+    /// Sends a `completion/complete` to the routed upstream. An unprefixed value goes to the
+    /// unprefixed upstreams in config order until one does not answer "not found" (first
+    /// wins): completion has no side effects, so asking the next one is safe.
     async fn forward(
         &self,
         call: &Call<'_>,
         route: Route<'_>,
-        target: Target,
         set: impl Fn(&mut RawObject<'_>, &str),
     ) -> Result<(usize, Reply), Error> {
         let (candidates, value) = route.candidates();
@@ -147,11 +158,7 @@ impl Router {
         for (n, &index) in candidates.iter().enumerate() {
             let upstream = &self.0.upstreams[index];
             let params = call.upstream_params(upstream, |p| set(p, value));
-            let mcp_name = match (target, call.method) {
-                (_, m::COMPLETE) => None,
-                _ => Some(value),
-            };
-            let reply = upstream.request(call.method, &params, mcp_name).await?;
+            let reply = upstream.request(call.method, &params).await?;
             let more = n + 1 < candidates.len();
             match &reply {
                 Reply::Error(e) if more && is_not_found(e) => {

@@ -201,7 +201,7 @@ impl Router {
     ) -> Result<Fetched, Error> {
         let upstream = &self.0.upstreams[index];
         let params = call.upstream_params(upstream, |p| set_cursor(p, cursor));
-        let body = match upstream.request(kind.method, &params, None).await? {
+        let body = match upstream.request(kind.method, &params).await? {
             Reply::Result(body) => body,
             Reply::Error(e) => {
                 return Ok(Fetched { got: Got::Relayed(e), stored: None, public: false, ttl_ms: 0 });

@@ -51,6 +51,8 @@ struct Inner {
     cache_entries: Gauge,
     listeners: Gauge,
     upstream_listens: Family<Named, Gauge>,
+    watched_uris: Family<Named, Gauge>,
+    watch_fallbacks: Counter,
 }
 
 /// Values read at scrape time.
@@ -60,6 +62,10 @@ pub struct Snapshot {
     pub listeners: usize,
     /// Upstream listens opened so far, per upstream.
     pub upstream_listens: Vec<(String, u64)>,
+    /// URIs of cached reads in each upstream's standing listen.
+    pub watched_uris: Vec<(String, u64)>,
+    /// Cached reads left to TTL-only invalidation at the `max_watched_uris` bound, since start.
+    pub watch_fallbacks: u64,
 }
 
 impl Default for Metrics {
@@ -77,6 +83,8 @@ impl Metrics {
         let list_skips = Family::<Named, Counter>::default();
         let (cache_bytes, cache_entries, listeners) = (Gauge::default(), Gauge::default(), Gauge::default());
         let upstream_listens = Family::<Named, Gauge>::default();
+        let watched_uris = Family::<Named, Gauge>::default();
+        let watch_fallbacks = Counter::default();
         registry.register(
             "downstream_requests",
             "Downstream requests answered, by method and outcome",
@@ -89,6 +97,16 @@ impl Metrics {
         registry.register("cache_entries", "Entries in the cache", cache_entries.clone());
         registry.register("hub_listeners", "Downstream listens open", listeners.clone());
         registry.register("upstream_listens_opened", "Upstream listens opened", upstream_listens.clone());
+        registry.register(
+            "cache_watched_uris",
+            "URIs of cached reads kept in the upstream's standing listen",
+            watched_uris.clone(),
+        );
+        registry.register(
+            "cache_watch_fallbacks",
+            "Cached reads left to TTL-only invalidation at the max_watched_uris bound",
+            watch_fallbacks.clone(),
+        );
         Self(Arc::new(Inner {
             registry,
             downstream,
@@ -99,6 +117,8 @@ impl Metrics {
             cache_entries,
             listeners,
             upstream_listens,
+            watched_uris,
+            watch_fallbacks,
         }))
     }
 
@@ -127,6 +147,11 @@ impl Metrics {
         for (name, n) in &snapshot.upstream_listens {
             self.0.upstream_listens.get_or_create(&Named { upstream: name.clone() }).set(*n as i64);
         }
+        for (name, n) in &snapshot.watched_uris {
+            self.0.watched_uris.get_or_create(&Named { upstream: name.clone() }).set(*n as i64);
+        }
+        let counted = self.0.watch_fallbacks.get();
+        self.0.watch_fallbacks.inc_by(snapshot.watch_fallbacks.saturating_sub(counted));
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.0.registry).expect("writing to a String");
         out
@@ -163,6 +188,8 @@ mod tests {
             cache_entries: 1,
             listeners: 2,
             upstream_listens: vec![("docs".into(), 3)],
+            watched_uris: vec![("docs".into(), 4)],
+            watch_fallbacks: 5,
         });
         assert!(
             text.contains(r#"resmux_downstream_requests_total{method="resources/read",outcome="hit"} 1"#),
@@ -172,5 +199,7 @@ mod tests {
         assert!(text.contains(r#"resmux_upstream_requests_total{upstream="docs",outcome="ok"} 1"#));
         assert!(text.contains("resmux_cache_bytes 10"));
         assert!(text.contains(r#"resmux_upstream_listens_opened{upstream="docs"} 3"#));
+        assert!(text.contains(r#"resmux_cache_watched_uris{upstream="docs"} 4"#), "{text}");
+        assert!(text.contains("resmux_cache_watch_fallbacks_total 5"), "{text}");
     }
 }

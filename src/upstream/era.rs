@@ -32,7 +32,7 @@ impl Upstream {
             return self.initialize(pinned).await.map(|_| ()).map_err(|e| e.to_string());
         }
         let params = own_params();
-        let probe = self.send_modern(mcp::method::DISCOVER, params.as_bytes(), None);
+        let probe = self.send_modern(mcp::method::DISCOVER, params.as_bytes());
         let answer = match &self.0.transport {
             Transport::Stdio(_) => match tokio::time::timeout(STDIO_PROBE_TIMEOUT, probe).await {
                 Ok(a) => a,

@@ -14,7 +14,7 @@ use super::reply::Reply;
 use super::sse::SseDecoder;
 use crate::error::UpstreamError;
 use crate::jsonrpc::{Incoming, Kind};
-use crate::mcp::{self, header_value};
+use crate::mcp;
 
 /// The pooled HTTP client shared by every HTTP upstream. `TCP_NODELAY` is set: without it
 /// Nagle's algorithm adds ~40 ms to each keep-alive request/response pair on loopback.
@@ -53,14 +53,7 @@ pub struct Exchanged {
     pub session: Option<String>,
 }
 
-/// The protocol headers of one request.
-#[derive(Clone, Copy)]
-pub enum Headers<'a> {
-    /// 2026-07-28: the version and the mirrored method and name.
-    Modern { method: &'a str, name: Option<&'a str>, version: &'a str },
-    /// 2025-xx: the negotiated version (sent from 2025-06-18 on) and the session, if any.
-    Legacy { version: &'a str, session: Option<&'a str> },
-}
+pub use super::headers::{Headers, Mirrored, ParamHeader};
 
 /// How a legacy upstream signals "your session is gone": 404, or (as the TypeScript SDK's
 /// example servers do) 400 with a -32000 error about the session.
@@ -95,24 +88,7 @@ impl HttpTransport {
         let mut h = self.headers.clone();
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         h.insert(ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
-        match headers {
-            Headers::Modern { method, name, version } => {
-                h.insert(mcp::H_PROTOCOL_VERSION, header(version));
-                h.insert(mcp::H_METHOD, header(method));
-                if let Some(name) = name {
-                    h.insert(mcp::H_NAME, header(&header_value::encode(name)));
-                }
-            }
-            Headers::Legacy { version, session } => {
-                // 2025-03-26 servers predate the header.
-                if *version != "2025-03-26" {
-                    h.insert(mcp::H_PROTOCOL_VERSION, header(version));
-                }
-                if let Some(session) = session {
-                    h.insert(mcp::H_SESSION_ID, header(session));
-                }
-            }
-        }
+        headers.apply(&mut h);
         h
     }
 

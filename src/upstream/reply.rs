@@ -15,6 +15,18 @@ pub enum Reply {
 }
 
 impl Reply {
+    /// Keeps the HTTP status of an error answer when it is a 4xx: the spec's error table gives
+    /// some errors their own status, and the downstream client must see the same one.
+    pub fn with_status(self, status: http::StatusCode) -> Self {
+        match self {
+            Reply::Error(mut e) if status.is_client_error() => {
+                e.http_status = Some(status.as_u16());
+                Reply::Error(e)
+            }
+            other => other,
+        }
+    }
+
     /// Decodes a response message, checking it is a response (to `expect_id`, when given).
     pub fn decode(message: &Bytes, expect_id: Option<&str>) -> Result<Self, String> {
         let text = std::str::from_utf8(message).map_err(|_| "response is not UTF-8".to_owned())?;

@@ -99,6 +99,12 @@ async fn the_typescript_sdk_1x_connects_lists_reads_subscribes_and_gets_updates(
     assert_eq!(next().await["event"], "terminated");
     let status = tokio::time::timeout(DEADLINE, child.wait()).await.expect("the client exits").unwrap();
     assert!(status.success(), "client exit status {status}");
-    // DELETE ended the session: the proxy leaves the upstream subscription.
-    upstream_subscribed(&docs, &[]).await;
+    // DELETE ended the session: its listener is gone. The upstream listen still carries
+    // docs://status, now for the proxy's own cached read of it.
+    eventually("the session's listener is gone", || {
+        let n = p.app.hub().listener_count();
+        async move { (n == 0).then_some(()) }
+    })
+    .await;
+    upstream_subscribed(&docs, &["docs://status"]).await;
 }

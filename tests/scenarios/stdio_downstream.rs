@@ -149,7 +149,8 @@ async fn a_modern_client_discovers_lists_reads_calls_and_listens_until_it_cancel
     let ack = p.next_where("the ack", tagged).await;
     assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
     assert_eq!(ack["params"]["notifications"]["resourceSubscriptions"], json!(["docs://status"]));
-    upstream_subscribed(&up, &["docs://status"]).await;
+    // The cached read of docs://item/4 is watched by the proxy itself.
+    upstream_subscribed(&up, &["docs://item/4", "docs://status"]).await;
     up.sample.bump();
     let update = p.next_where("the update", tagged).await;
     assert_eq!(
@@ -159,7 +160,7 @@ async fn a_modern_client_discovers_lists_reads_calls_and_listens_until_it_cancel
 
     // Cancelling ends it: the upstream interest goes, and no response ever comes.
     p.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "L1"}})).await;
-    upstream_subscribed(&up, &[]).await;
+    upstream_subscribed(&up, &["docs://item/4"]).await;
     up.sample.bump();
     // A listen still open at EOF ends with its result.
     p.request(json!("L2"), "subscriptions/listen", json!({"notifications": {"resourcesListChanged": true}})).await;
