@@ -9,6 +9,7 @@ pub mod legacy;
 mod listen;
 mod listener;
 mod origin;
+mod progress;
 mod respond;
 pub mod stdio;
 pub mod validate;

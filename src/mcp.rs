@@ -48,6 +48,7 @@ pub mod method {
     pub const COMPLETE: &str = "completion/complete";
     pub const LISTEN: &str = "subscriptions/listen";
     pub const CANCELLED: &str = "notifications/cancelled";
+    pub const PROGRESS: &str = "notifications/progress";
     pub const RESOURCES_UPDATED: &str = "notifications/resources/updated";
     pub const RESOURCES_LIST_CHANGED: &str = "notifications/resources/list_changed";
     pub const TOOLS_LIST_CHANGED: &str = "notifications/tools/list_changed";

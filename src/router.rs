@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
-pub use call::{Answer, CacheStatus, Call};
+pub use call::{Answer, CacheStatus, Call, Progress};
 pub use hints::Hints;
 pub use merge::ListKind;
 

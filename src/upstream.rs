@@ -36,6 +36,13 @@ use crate::jsonrpc::{RequestId, encode_request};
 use crate::mcp;
 use crate::telemetry::Metrics;
 
+/// Where an upstream's `notifications/progress` for one request go: whole JSON-RPC messages,
+/// as the upstream sent them (its token is the client's, passed through on HTTP, where the
+/// notification travels on the request's own response stream). Bounded, and fed with
+/// `try_send`: when the client reads slower than the upstream reports, intermediate reports
+/// are dropped (progress is a hint; the response itself never goes through here).
+pub type ProgressSink = tokio::sync::mpsc::Sender<Bytes>;
+
 /// Handle to one upstream server. Clones share everything.
 #[derive(Clone)]
 pub struct Upstream(Arc<Inner>);
@@ -227,8 +234,18 @@ impl Upstream {
     /// than `tools/call` are retried once when the failure means the request may not have
     /// been processed; a legacy session that expired is re-initialized first.
     pub async fn request(&self, method: &str, params: &[u8]) -> Result<Reply, UpstreamError> {
+        self.request_with(method, params, None).await
+    }
+
+    /// [`Upstream::request`], relaying the upstream's progress notifications to `progress`.
+    pub async fn request_with(
+        &self,
+        method: &str,
+        params: &[u8],
+        progress: Option<&ProgressSink>,
+    ) -> Result<Reply, UpstreamError> {
         let started = Instant::now();
-        let result = self.request_inner(method, params).await;
+        let result = self.request_inner(method, params, progress).await;
         let outcome = match &result {
             Ok(Reply::Result(_)) => "ok",
             Ok(Reply::Error(_)) => "error",
@@ -240,7 +257,12 @@ impl Upstream {
         result
     }
 
-    async fn request_inner(&self, method: &str, params: &[u8]) -> Result<Reply, UpstreamError> {
+    async fn request_inner(
+        &self,
+        method: &str,
+        params: &[u8],
+        progress: Option<&ProgressSink>,
+    ) -> Result<Reply, UpstreamError> {
         let timeout = self.0.config.timeout;
         let deadline = Instant::now() + timeout;
         let timed_out = || UpstreamError::Timeout { upstream: self.name().to_owned(), after: timeout };
@@ -252,8 +274,10 @@ impl Upstream {
         let retries = if method == mcp::method::TOOLS_CALL { 0 } else { 1 };
         let mut attempt = 0;
         loop {
-            let result =
-                timeout_at(deadline, self.send(&era, method, params)).await.map_err(|_| timed_out()).and_then(|r| r);
+            let result = timeout_at(deadline, self.send(&era, method, params, progress))
+                .await
+                .map_err(|_| timed_out())
+                .and_then(|r| r);
             match result {
                 Err(UpstreamError::SessionLost { .. }) if attempt == 0 => {
                     attempt += 1;
@@ -286,10 +310,16 @@ impl Upstream {
         }
     }
 
-    async fn send(&self, era: &Era, method: &str, params: &[u8]) -> Result<Reply, UpstreamError> {
+    async fn send(
+        &self,
+        era: &Era,
+        method: &str,
+        params: &[u8],
+        progress: Option<&ProgressSink>,
+    ) -> Result<Reply, UpstreamError> {
         match era {
-            Era::Legacy(session) => self.send_legacy(session, method, params).await,
-            _ => self.send_modern(method, params).await,
+            Era::Legacy(session) => self.send_legacy(session, method, params, progress).await,
+            _ => self.send_modern(method, params, progress).await,
         }
     }
 
@@ -297,13 +327,18 @@ impl Upstream {
         RequestId::number(self.0.next_id.fetch_add(1, Ordering::Relaxed))
     }
 
-    async fn send_modern(&self, method: &str, params: &[u8]) -> Result<Reply, UpstreamError> {
+    async fn send_modern(
+        &self,
+        method: &str,
+        params: &[u8],
+        progress: Option<&ProgressSink>,
+    ) -> Result<Reply, UpstreamError> {
         let id = self.next_id();
         let body: Bytes = encode_request(&id, method, params);
         match &self.0.transport {
             Transport::Http(t) => {
                 let headers = http::Headers::modern(method, params, |tool| self.0.catalog.param_headers(tool));
-                let ex = t.exchange(id.as_json(), body, &headers, &legacy::answer_server_request).await?;
+                let ex = t.exchange(id.as_json(), body, &headers, &legacy::answer_server_request, progress).await?;
                 Ok(ex.reply.with_status(ex.status))
             }
             Transport::Stdio(t) => t.exchange(id.as_json(), body).await,
@@ -315,6 +350,7 @@ impl Upstream {
         session: &legacy::Session,
         method: &str,
         params: &[u8],
+        progress: Option<&ProgressSink>,
     ) -> Result<Reply, UpstreamError> {
         let params = legacy::translate_params(params);
         let id = self.next_id();
@@ -322,7 +358,7 @@ impl Upstream {
         let reply = match &self.0.transport {
             Transport::Http(t) => {
                 let headers = http::Headers::Legacy { version: &session.version, session: session.id.as_deref() };
-                match t.exchange(id.as_json(), body, &headers, &legacy::answer_server_request).await {
+                match t.exchange(id.as_json(), body, &headers, &legacy::answer_server_request, progress).await {
                     Ok(ex) if http::session_lost(ex.status, Some(&ex.reply)) => return Err(self.session_lost()),
                     Ok(ex) => ex.reply,
                     Err(UpstreamError::Status { status: 404, .. }) => return Err(self.session_lost()),
@@ -342,16 +378,17 @@ impl Upstream {
         method: &str,
         params: &[u8],
         relay: Vec<String>,
+        progress: Option<&ProgressSink>,
     ) -> Result<Relayed, UpstreamError> {
         let timeout = self.0.config.timeout;
         let deadline = Instant::now() + timeout;
         let timed_out = || UpstreamError::Timeout { upstream: self.name().to_owned(), after: timeout };
         let era = self.wait_era(deadline).await;
         let (Era::Legacy(session), Transport::Http(t)) = (&era, &self.0.transport) else {
-            return self.request(method, params).await.map(Relayed::Done);
+            return self.request_with(method, params, progress).await.map(Relayed::Done);
         };
         if relay.is_empty() {
-            return self.request(method, params).await.map(Relayed::Done);
+            return self.request_with(method, params, progress).await.map(Relayed::Done);
         }
         let permit = timeout_at(deadline, self.0.in_flight.clone().acquire_owned())
             .await

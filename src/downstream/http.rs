@@ -180,11 +180,15 @@ impl Endpoint {
             Ok(Body::Request(c)) => c,
             Err(r) => return respond::rejected(r),
         };
+        if super::progress::wanted(checked.method, &checked.meta) {
+            self.0.metrics.downstream(checked.method, "stream");
+            return super::progress::serve_http(self.0.router.clone(), body.clone(), principal);
+        }
         if checked.method == crate::mcp::method::LISTEN {
             return super::listen::open(&self.0.hub, &checked.id, &checked.params, &principal)
                 .unwrap_or_else(|e| respond::error(Some(&checked.id), e));
         }
-        let call = Call { method: checked.method, params: checked.params, meta: checked.meta, principal: &principal };
+        let call = Call::new(checked.method, checked.params, checked.meta, &principal);
         match self.0.router.handle(&call).await {
             Ok(answer) => {
                 self.0.metrics.downstream(checked.method, answer.cache.as_str());

@@ -52,7 +52,7 @@ impl Legacy {
     ) -> Result<(&'static str, Bytes), Error> {
         let params = parse_params(params)?;
         let version = negotiate(params.get_str("protocolVersion").as_deref());
-        let call = Call { method: m::DISCOVER, params: RawObject::default(), meta: RawObject::default(), principal };
+        let call = Call::new(m::DISCOVER, RawObject::default(), RawObject::default(), principal);
         let discovered = self.router.handle(&call).await?;
         let body = discovered.outcome.map_err(|e| Error::Internal(format!("server/discover failed: {e}")))?;
         let discover: Value = serde_json::from_slice(&body).map_err(|e| Error::Internal(e.to_string()))?;
@@ -105,7 +105,7 @@ impl Legacy {
                 // A legacy `_meta` (e.g. a progress token) is kept for the router to adjust;
                 // the router adds the upstream's version and empty client capabilities.
                 let meta = params.get_borrowed("_meta").and_then(|m| RawObject::parse(m).ok()).unwrap_or_default();
-                let call = Call { method, params, meta, principal };
+                let call = Call::new(method, params, meta, principal);
                 Ok(legacy_answer(method, self.router.handle(&call).await?))
             }
             other => Err(DownstreamError::MethodNotFound(other.to_owned()).into()),

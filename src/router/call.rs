@@ -17,12 +17,24 @@ pub struct Call<'a> {
     /// `params._meta`.
     pub meta: RawObject<'a>,
     pub principal: &'a Principal,
+    /// Where the upstream's `notifications/progress` for this request go, when the client
+    /// asked for progress (`_meta.progressToken`) on a transport that can carry it.
+    pub progress: Option<Progress>,
 }
 
+/// Where a request's progress notifications go (see [`crate::upstream::ProgressSink`]).
+pub type Progress = crate::upstream::ProgressSink;
+
 impl<'a> Call<'a> {
+    /// A call with no progress relay.
+    pub fn new(method: &'a str, params: RawObject<'a>, meta: RawObject<'a>, principal: &'a Principal) -> Self {
+        Call { method, params, meta, principal, progress: None }
+    }
+
     /// The `params` to send `upstream`: the downstream's, with `_meta` adjusted for the
-    /// upstream (its protocol version; no `progressToken`, since progress is not relayed) and
-    /// `edit` applied.
+    /// upstream (its protocol version; `progressToken` only where progress is relayed: an HTTP
+    /// upstream answers it on the request's own stream, so the client's token passes through
+    /// unchanged) and `edit` applied.
     pub fn upstream_params(&self, upstream: &Upstream, edit: impl FnOnce(&mut RawObject<'a>)) -> Vec<u8> {
         let mut meta = self.meta.clone();
         meta.set_string(mcp::META_PROTOCOL_VERSION, upstream.protocol_version());
@@ -33,7 +45,9 @@ impl<'a> Call<'a> {
                 Cow::Owned(crate::jsonrpc::parse_raw("{}").expect("valid").to_owned()),
             );
         }
-        meta.remove("progressToken");
+        if self.progress.is_none() || !upstream.is_http() {
+            meta.remove("progressToken");
+        }
         let mut params = self.params.clone();
         params.set("_meta", Cow::Owned(meta.to_raw()));
         edit(&mut params);

@@ -65,7 +65,8 @@ impl Router {
     pub(super) async fn call_relaying(&self, call: &Call<'_>, index: usize, target: &str) -> Result<Answer, Error> {
         let upstream = &self.0.upstreams[index];
         let params = call.upstream_params(upstream, |p| p.set_string("name", target));
-        let outcome = upstream.call_relayed(call.method, &params, relayable(&call.meta)).await?;
+        let outcome =
+            upstream.call_relayed(call.method, &params, relayable(&call.meta), call.progress.as_ref()).await?;
         self.relayed_answer(call, index, target, outcome)
     }
 

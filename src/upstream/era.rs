@@ -32,7 +32,7 @@ impl Upstream {
             return self.initialize(pinned).await.map(|_| ()).map_err(|e| e.to_string());
         }
         let params = own_params();
-        let probe = self.send_modern(mcp::method::DISCOVER, params.as_bytes());
+        let probe = self.send_modern(mcp::method::DISCOVER, params.as_bytes(), None);
         let answer = match &self.0.transport {
             Transport::Stdio(_) => match tokio::time::timeout(STDIO_PROBE_TIMEOUT, probe).await {
                 Ok(a) => a,
@@ -69,7 +69,7 @@ impl Upstream {
         let (reply, session_id) = match &self.0.transport {
             Transport::Http(t) => {
                 let headers = http::Headers::Legacy { version, session: None };
-                let ex = t.exchange(id.as_json(), body, &headers, &legacy::answer_server_request).await?;
+                let ex = t.exchange(id.as_json(), body, &headers, &legacy::answer_server_request, None).await?;
                 (ex.reply, ex.session)
             }
             Transport::Stdio(t) => (t.exchange(id.as_json(), body).await?, None),

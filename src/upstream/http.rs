@@ -10,6 +10,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
+use super::ProgressSink;
 use super::reply::Reply;
 use super::sse::SseDecoder;
 use crate::error::UpstreamError;
@@ -115,11 +116,12 @@ impl HttpTransport {
         body: Bytes,
         headers: &Headers<'_>,
         answer: &(dyn Fn(&Incoming<'_>) -> Option<Bytes> + Sync),
+        progress: Option<&ProgressSink>,
     ) -> Result<Exchanged, UpstreamError> {
         match self.open(id, body, headers).await? {
             Opened::Reply(exchanged) => Ok(exchanged),
             Opened::Stream { body, session } => {
-                let reply = self.read_sse(id, body, headers, answer).await?;
+                let reply = self.read_sse(id, body, headers, answer, progress).await?;
                 Ok(Exchanged { reply, status: StatusCode::OK, session })
             }
         }
@@ -207,6 +209,7 @@ impl HttpTransport {
         mut body: hyper::body::Incoming,
         headers: &Headers<'_>,
         answer: &(dyn Fn(&Incoming<'_>) -> Option<Bytes> + Sync),
+        progress: Option<&ProgressSink>,
     ) -> Result<Reply, UpstreamError> {
         let mut decoder = SseDecoder::new(self.max_message);
         loop {
@@ -236,7 +239,15 @@ impl HttpTransport {
                     let _ = self.post_message(response, headers).await;
                     continue;
                 }
-                // Request-scoped notifications (progress, log messages) are not relayed.
+                if let (Some(sink), Ok(msg)) = (progress, Incoming::parse(text))
+                    && msg.kind == Kind::Notification
+                    && msg.method() == mcp::method::PROGRESS
+                {
+                    // Full: the client is slower than the upstream's reports; this one is dropped.
+                    let _ = sink.try_send(message.clone());
+                    continue;
+                }
+                // Other request-scoped notifications (log messages) are not relayed.
                 tracing::trace!(upstream = %self.name, "skipping SSE message before the response");
             }
         }

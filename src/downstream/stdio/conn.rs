@@ -18,10 +18,11 @@ use crate::downstream::framing::Framing;
 use crate::downstream::legacy::stream::{StreamOptions, pump};
 use crate::downstream::legacy::{Legacy, Session, negotiate, rpc_error};
 use crate::downstream::listen::{self, WriteOptions};
+use crate::downstream::progress;
 use crate::downstream::validate::{self, Body};
 use crate::error::Error;
 use crate::hub::Hub;
-use crate::jsonrpc::{Incoming, Kind, RawObject, RequestId, RpcError, code, encode_error, encode_result};
+use crate::jsonrpc::{Incoming, Kind, RawObject, RequestId, RpcError, code, encode_error};
 use crate::mcp::{legacy_method as lm, method as m};
 use crate::router::{Answer, Call, Router};
 
@@ -160,15 +161,18 @@ impl Conn {
             Route::Modern => {
                 let answer = match validate::check_body(msg) {
                     Ok(Body::Request(c)) => {
-                        let call = Call { method: c.method, params: c.params, meta: c.meta, principal: p };
-                        self.router.handle(&call).await
+                        let mut call = Call::new(c.method, c.params, c.meta, p);
+                        if progress::wanted(c.method, &call.meta) {
+                            let (tx, rx) = progress::channel();
+                            call.progress = Some(tx);
+                            progress::relay(self.router.handle(&call), rx, |m| async move { self.send(&m).await }).await
+                        } else {
+                            self.router.handle(&call).await
+                        }
                     }
                     _ => Err(Error::Internal("a validated request no longer validates".into())),
                 };
-                match answer {
-                    Ok(answer) => encode_answer(id, answer),
-                    Err(e) => encode_error(Some(id), &e.to_jsonrpc().1),
-                }
+                progress::encode_answer(id, answer)
             }
         }
     }
@@ -284,15 +288,8 @@ impl Conn {
 /// A legacy route's reply: errors in their legacy form.
 fn legacy_reply(id: &RequestId, outcome: Result<Answer, Error>) -> Bytes {
     match outcome {
-        Ok(answer) => encode_answer(id, answer),
+        Ok(answer) => progress::encode_answer(id, Ok(answer)),
         Err(e) => encode_error(Some(id), &rpc_error(&e)),
-    }
-}
-
-fn encode_answer(id: &RequestId, answer: Answer) -> Bytes {
-    match &answer.outcome {
-        Ok(result) => encode_result(id, result),
-        Err(err) => encode_error(Some(id), err),
     }
 }
 
