@@ -8,13 +8,12 @@ use std::time::Duration;
 
 use ::http::StatusCode;
 use bytes::Bytes;
-use http_body_util::BodyExt;
 
 use super::backoff::Backoff;
 use super::discovery::{UpstreamInfo, own_params};
 use super::legacy::{self, Era, Session, Unsolicited};
 use super::reply::Reply;
-use super::sse::SseDecoder;
+use super::sse::SseStream;
 use super::{Transport, Upstream, http};
 use crate::error::UpstreamError;
 use crate::jsonrpc::{Incoming, Kind, encode_request};
@@ -177,30 +176,34 @@ async fn get_stream(upstream: Upstream, session: Arc<Session>, cancel: tokio_uti
             r = t.get_stream(&headers, last_id.as_deref()) => r,
         };
         match opened {
-            Ok(Ok(mut body)) => {
+            Ok(Ok(body)) => {
                 if connected_before {
                     let _ = upstream.0.unsolicited.send(Unsolicited::Gap);
                 }
                 connected_before = true;
                 backoff.reset();
-                let mut decoder = SseDecoder::new(t.max_message());
+                let mut stream = SseStream::new(body, t.max_message());
                 loop {
-                    let frame = tokio::select! {
+                    let event = tokio::select! {
                         _ = cancel.cancelled() => return,
-                        f = body.frame() => f,
+                        e = stream.next() => e,
                     };
-                    let Some(Ok(frame)) = frame else { break };
-                    let Ok(data) = frame.into_data() else { continue };
-                    decoder.push(&data);
-                    while let Ok(Some(event)) = decoder.next_event() {
-                        if let Some(id) = event.id {
-                            last_id = Some(id);
+                    let event = match event {
+                        Ok(Some(event)) => event,
+                        Ok(None) => break,
+                        Err(e) => {
+                            // Broken or hostile: dropped, and re-opened after the retry delay.
+                            tracing::warn!(upstream = %upstream.name(), error = %t.sse_error(e), "legacy GET stream failed");
+                            break;
                         }
-                        if let Some(ms) = event.retry {
-                            retry = Duration::from_millis(ms.min(60_000));
-                        }
-                        handle_message(&upstream, t, &headers, Bytes::from(event.data)).await;
+                    };
+                    if let Some(id) = event.id {
+                        last_id = Some(id);
                     }
+                    if let Some(ms) = event.retry {
+                        retry = Duration::from_millis(ms.min(60_000));
+                    }
+                    handle_message(&upstream, t, &headers, Bytes::from(event.data)).await;
                 }
                 tracing::debug!(upstream = %upstream.name(), "legacy GET stream ended; reconnecting");
                 tokio::select! {

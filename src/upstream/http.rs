@@ -12,7 +12,7 @@ use hyper_util::rt::TokioExecutor;
 
 use super::ProgressSink;
 use super::reply::Reply;
-use super::sse::SseDecoder;
+use super::sse::{SseError, SseStream};
 use crate::error::UpstreamError;
 use crate::jsonrpc::{Incoming, Kind};
 use crate::mcp;
@@ -206,50 +206,49 @@ impl HttpTransport {
     async fn read_sse(
         &self,
         id: &str,
-        mut body: hyper::body::Incoming,
+        body: hyper::body::Incoming,
         headers: &Headers<'_>,
         answer: &(dyn Fn(&Incoming<'_>) -> Option<Bytes> + Sync),
         progress: Option<&ProgressSink>,
     ) -> Result<Reply, UpstreamError> {
-        let mut decoder = SseDecoder::new(self.max_message);
+        let mut stream = SseStream::new(body, self.max_message);
         loop {
-            let frame = match body.frame().await {
-                None => return Err(self.err_disconnected("SSE stream ended before the response")),
-                Some(Err(e)) => return Err(self.err_disconnected(e)),
-                Some(Ok(frame)) => frame,
+            let message = match stream.next_data().await {
+                Ok(Some(message)) => message,
+                Ok(None) => return Err(self.err_disconnected("SSE stream ended before the response")),
+                Err(e) => return Err(self.sse_error(e)),
             };
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            decoder.push(&data);
-            while let Some(event) = decoder
-                .next_event()
-                .map_err(|e| UpstreamError::TooLarge { upstream: self.name.clone(), limit: e.limit })?
-            {
-                let message = Bytes::from(event.data);
-                if let Ok(reply) = Reply::decode(&message, Some(id)) {
-                    return Ok(reply);
-                }
+            if let Ok(reply) = Reply::decode(&message, Some(id)) {
+                return Ok(reply);
+            }
+            let Ok(text) = std::str::from_utf8(&message) else { continue };
+            let Ok(msg) = Incoming::parse(text) else { continue };
+            match msg.kind {
                 // A legacy server may ask the client something while it works on the call.
-                let Ok(text) = std::str::from_utf8(&message) else { continue };
-                if let Ok(msg) = Incoming::parse(text)
-                    && msg.kind == Kind::Request
-                    && let Some(response) = answer(&msg)
-                {
-                    let _ = self.post_message(response, headers).await;
-                    continue;
+                Kind::Request => {
+                    if let Some(response) = answer(&msg) {
+                        let _ = self.post_message(response, headers).await;
+                    }
                 }
-                if let (Some(sink), Ok(msg)) = (progress, Incoming::parse(text))
-                    && msg.kind == Kind::Notification
-                    && msg.method() == mcp::method::PROGRESS
-                {
-                    // Full: the client is slower than the upstream's reports; this one is dropped.
-                    let _ = sink.try_send(message.clone());
-                    continue;
+                Kind::Notification if msg.method() == mcp::method::PROGRESS => {
+                    if let Some(sink) = progress {
+                        // Full: the client is slower than the upstream's reports; this one is dropped.
+                        let _ = sink.try_send(message.clone());
+                    }
                 }
                 // Other request-scoped notifications (log messages) are not relayed.
-                tracing::trace!(upstream = %self.name, "skipping SSE message before the response");
+                _ => tracing::trace!(upstream = %self.name, "skipping SSE message before the response"),
             }
+        }
+    }
+
+    /// The upstream-side error for a broken or oversized SSE stream.
+    pub fn sse_error(&self, e: SseError) -> UpstreamError {
+        match e {
+            SseError::TooLarge { limit } | SseError::NoEvent { limit } => {
+                UpstreamError::TooLarge { upstream: self.name.clone(), limit }
+            }
+            SseError::Body(e) => self.err_disconnected(e),
         }
     }
 }

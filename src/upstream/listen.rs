@@ -212,11 +212,7 @@ pub struct UpstreamListen {
 }
 
 enum Source {
-    Http {
-        body: hyper::body::Incoming,
-        decoder: super::sse::SseDecoder,
-        ready: std::collections::VecDeque<Bytes>,
-    },
+    Http(super::sse::SseStream),
     Stdio {
         messages: tokio::sync::mpsc::Receiver<Bytes>,
         _guard: super::stdio::ListenGuard,
@@ -227,7 +223,7 @@ enum Source {
 
 impl UpstreamListen {
     pub(super) fn http(id: String, body: hyper::body::Incoming, max_event: usize) -> Self {
-        let source = Source::Http { body, decoder: super::sse::SseDecoder::new(max_event), ready: Default::default() };
+        let source = Source::Http(super::sse::SseStream::new(body, max_event));
         Self { id, source, ended: false }
     }
 
@@ -268,33 +264,15 @@ impl UpstreamListen {
     }
 
     async fn next_message(&mut self) -> Result<Bytes, String> {
-        use http_body_util::BodyExt;
         match &mut self.source {
             Source::Answered(_) => Err("answered".into()),
             Source::Stdio { messages, .. } => {
                 messages.recv().await.ok_or_else(|| "upstream process exited or fell behind".to_owned())
             }
-            Source::Http { body, decoder, ready } => loop {
-                if let Some(m) = ready.pop_front() {
-                    return Ok(m);
-                }
-                match decoder.next_event() {
-                    Ok(Some(event)) => {
-                        ready.push_back(Bytes::from(event.data));
-                        continue;
-                    }
-                    Ok(None) => {}
-                    Err(e) => return Err(e.to_string()),
-                }
-                match body.frame().await {
-                    None => return Err("upstream closed the stream".into()),
-                    Some(Err(e)) => return Err(e.to_string()),
-                    Some(Ok(frame)) => {
-                        if let Ok(data) = frame.into_data() {
-                            decoder.push(&data);
-                        }
-                    }
-                }
+            Source::Http(stream) => match stream.next_data().await {
+                Ok(Some(message)) => Ok(message),
+                Ok(None) => Err("upstream closed the stream".into()),
+                Err(e) => Err(e.to_string()),
             },
         }
     }

@@ -6,13 +6,12 @@
 //! result, and on the client's retry posts its answer upstream and reads on.
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::http::{Headers, HttpTransport};
 use super::reply::Reply;
-use super::sse::SseDecoder;
+use super::sse::SseStream;
 use crate::error::UpstreamError;
 use crate::jsonrpc::{Incoming, Kind};
 
@@ -80,56 +79,50 @@ pub fn hold(
     let task = tokio::spawn(async move {
         let _permit = permit;
         let headers = headers.as_headers();
-        let mut body = body;
-        let mut decoder = SseDecoder::new(transport.max_message());
+        let mut stream = SseStream::new(body, transport.max_message());
         loop {
-            let frame = match body.frame().await {
-                None => {
+            let event = match stream.next().await {
+                Ok(Some(event)) => event,
+                Ok(None) => {
                     let e = UpstreamError::Disconnected { upstream: String::new(), reason: "stream ended".into() };
                     let _ = step_tx.send(Step::Done(Err(e))).await;
                     return;
                 }
-                Some(Err(e)) => {
-                    let e = UpstreamError::Disconnected { upstream: String::new(), reason: e.to_string() };
-                    let _ = step_tx.send(Step::Done(Err(e))).await;
+                Err(e) => {
+                    let _ = step_tx.send(Step::Done(Err(transport.sse_error(e)))).await;
                     return;
                 }
-                Some(Ok(frame)) => frame,
             };
-            let Ok(data) = frame.into_data() else { continue };
-            decoder.push(&data);
-            while let Ok(Some(event)) = decoder.next_event() {
-                let message = Bytes::from(event.data);
-                if let Ok(reply) = Reply::decode(&message, Some(&id)) {
-                    let _ = step_tx.send(Step::Done(Ok(reply))).await;
+            let message = Bytes::from(event.data);
+            if let Ok(reply) = Reply::decode(&message, Some(&id)) {
+                let _ = step_tx.send(Step::Done(Ok(reply))).await;
+                return;
+            }
+            let Ok(text) = std::str::from_utf8(&message) else { continue };
+            let Ok(msg) = Incoming::parse(text) else { continue };
+            if msg.kind != Kind::Request {
+                continue;
+            }
+            let response = if relay.iter().any(|m| m == msg.method()) {
+                let request = ServerRequest {
+                    id: msg.id.as_ref().map(|i| i.as_json().to_owned()).unwrap_or_default(),
+                    method: msg.method().to_owned(),
+                    params: msg.params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or(Value::Null),
+                };
+                if step_tx.send(Step::Asked(request)).await.is_err() {
                     return;
                 }
-                let Ok(text) = std::str::from_utf8(&message) else { continue };
-                let Ok(msg) = Incoming::parse(text) else { continue };
-                if msg.kind != Kind::Request {
-                    continue;
+                match answer_rx.recv().await {
+                    Some(r) => r,
+                    None => return,
                 }
-                let response = if relay.iter().any(|m| m == msg.method()) {
-                    let request = ServerRequest {
-                        id: msg.id.as_ref().map(|i| i.as_json().to_owned()).unwrap_or_default(),
-                        method: msg.method().to_owned(),
-                        params: msg.params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or(Value::Null),
-                    };
-                    if step_tx.send(Step::Asked(request)).await.is_err() {
-                        return;
-                    }
-                    match answer_rx.recv().await {
-                        Some(r) => r,
-                        None => return,
-                    }
-                } else {
-                    match answer_locally(&msg) {
-                        Some(r) => r,
-                        None => continue,
-                    }
-                };
-                let _ = transport.post_message(response, &headers).await;
-            }
+            } else {
+                match answer_locally(&msg) {
+                    Some(r) => r,
+                    None => continue,
+                }
+            };
+            let _ = transport.post_message(response, &headers).await;
         }
     });
     HeldCall { steps, answers, task }

@@ -1,7 +1,12 @@
-//! An incremental `text/event-stream` decoder (the WHATWG event-stream format), bounded in the
-//! size of one event.
+//! Reading `text/event-stream` (the WHATWG event-stream format) from upstreams: an incremental
+//! decoder, and [`SseStream`], the one reader every upstream SSE body goes through.
+//!
+//! Bounded: an event larger than the limit, a line longer than it, and a flood of bytes that
+//! never completes an event (comments, blank lines, unknown fields) all end the stream with an
+//! error, so one hostile upstream costs at most `limit` bytes of buffer.
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
+use http_body_util::BodyExt;
 
 /// One dispatched event. Comment lines and `event:` names are dropped: MCP defines none.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -14,11 +19,18 @@ pub struct SseEvent {
     pub retry: Option<u64>,
 }
 
-/// The stream went past the configured event size.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("SSE event exceeds {limit} bytes")]
-pub struct EventTooLarge {
-    pub limit: usize,
+/// Why an SSE stream ended with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum SseError {
+    /// One event (or one line) went past the limit.
+    #[error("SSE event exceeds {limit} bytes")]
+    TooLarge { limit: usize },
+    /// More than the limit arrived without completing any event.
+    #[error("{limit} bytes of SSE without an event")]
+    NoEvent { limit: usize },
+    /// The connection failed mid-stream.
+    #[error("SSE stream broke: {0}")]
+    Body(#[source] hyper::Error),
 }
 
 /// Feeds bytes in, takes events out.
@@ -29,14 +41,25 @@ pub struct SseDecoder {
     scanned: usize,
     pending: SseEvent,
     has_data: bool,
+    /// Bytes of the event being assembled.
     pending_size: usize,
+    /// Bytes consumed since the last dispatched event (comments and blank lines included).
+    idle_size: usize,
     limit: usize,
 }
 
 impl SseDecoder {
     /// A decoder that refuses events larger than `limit` bytes.
     pub fn new(limit: usize) -> Self {
-        Self { buf: BytesMut::new(), scanned: 0, pending: SseEvent::default(), has_data: false, pending_size: 0, limit }
+        Self {
+            buf: BytesMut::new(),
+            scanned: 0,
+            pending: SseEvent::default(),
+            has_data: false,
+            pending_size: 0,
+            idle_size: 0,
+            limit,
+        }
     }
 
     /// Appends received bytes.
@@ -45,12 +68,13 @@ impl SseDecoder {
     }
 
     /// The next complete event, if the buffered bytes hold one.
-    pub fn next_event(&mut self) -> Result<Option<SseEvent>, EventTooLarge> {
+    pub fn next_event(&mut self) -> Result<Option<SseEvent>, SseError> {
+        let limit = self.limit;
         loop {
             let Some(end) = self.buf[self.scanned..].iter().position(|b| *b == b'\n' || *b == b'\r') else {
                 self.scanned = self.buf.len();
-                if self.buf.len() + self.pending_size > self.limit {
-                    return Err(EventTooLarge { limit: self.limit });
+                if self.buf.len() + self.pending_size > limit {
+                    return Err(SseError::TooLarge { limit });
                 }
                 return Ok(None);
             };
@@ -64,20 +88,25 @@ impl SseDecoder {
             let line = self.buf.split_to(end);
             self.buf.advance(skip);
             self.scanned = 0;
+            self.idle_size += line.len() + skip;
             if line.is_empty() {
+                self.pending_size = 0;
                 if self.has_data {
                     self.has_data = false;
-                    self.pending_size = 0;
+                    self.idle_size = 0;
                     return Ok(Some(std::mem::take(&mut self.pending)));
                 }
                 self.pending = SseEvent { id: self.pending.id.take(), ..Default::default() };
-                continue;
+            } else {
+                self.pending_size += line.len();
+                if self.pending_size > limit {
+                    return Err(SseError::TooLarge { limit });
+                }
+                self.field(&line);
             }
-            self.pending_size += line.len();
-            if self.pending_size > self.limit {
-                return Err(EventTooLarge { limit: self.limit });
+            if self.idle_size > limit {
+                return Err(SseError::NoEvent { limit });
             }
-            self.field(&line);
         }
     }
 
@@ -105,6 +134,43 @@ impl SseDecoder {
             b"retry" => self.pending.retry = value.parse().ok(),
             _ => {}
         }
+    }
+}
+
+/// An upstream's SSE response body, read event by event.
+pub struct SseStream {
+    body: hyper::body::Incoming,
+    decoder: SseDecoder,
+}
+
+impl SseStream {
+    /// Reads `body`, refusing events (and floods) over `limit` bytes.
+    pub fn new(body: hyper::body::Incoming, limit: usize) -> Self {
+        Self { body, decoder: SseDecoder::new(limit) }
+    }
+
+    /// The next event: `None` when the upstream closed the stream, an error when the stream
+    /// broke or went past the limit (the caller must then drop it).
+    pub async fn next(&mut self) -> Result<Option<SseEvent>, SseError> {
+        loop {
+            if let Some(event) = self.decoder.next_event()? {
+                return Ok(Some(event));
+            }
+            match self.body.frame().await {
+                None => return Ok(None),
+                Some(Err(e)) => return Err(SseError::Body(e)),
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.decoder.push(&data);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next event's data as bytes (see [`SseStream::next`]).
+    pub async fn next_data(&mut self) -> Result<Option<Bytes>, SseError> {
+        Ok(self.next().await?.map(|e| Bytes::from(e.data)))
     }
 }
 
@@ -139,7 +205,32 @@ mod tests {
     fn oversized_event_is_refused() {
         let mut d = SseDecoder::new(16);
         d.push(b"data: 0123456789abcdefghij");
-        assert!(d.next_event().is_err());
+        assert!(matches!(d.next_event(), Err(SseError::TooLarge { limit: 16 })));
+        // Across lines of one event, each short.
+        let mut d = SseDecoder::new(16);
+        d.push(b"data: 0123456\ndata: 789abcdef\n");
+        assert!(matches!(d.next_event(), Err(SseError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn floods_that_never_complete_an_event_are_refused() {
+        let mut d = SseDecoder::new(64);
+        let mut refused = false;
+        for _ in 0..100 {
+            d.push(b": keep-alive\n\n");
+            if let Err(e) = d.next_event() {
+                assert!(matches!(e, SseError::NoEvent { limit: 64 }));
+                refused = true;
+                break;
+            }
+        }
+        assert!(refused, "a comment-only flood must end the stream");
+        // Keep-alives between real events never add up.
+        let mut d = SseDecoder::new(64);
+        for _ in 0..100 {
+            d.push(b": ka\n\ndata: x\n\n");
+            while d.next_event().unwrap().is_some() {}
+        }
     }
 
     proptest! {

@@ -4,6 +4,7 @@
 mod support;
 
 mod cache;
+mod hostile;
 mod legacy;
 mod legacy_sdk;
 mod legacy_upstream;
