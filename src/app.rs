@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::admin::{self, Admin};
 use crate::auth::Authenticator;
 use crate::cache::Cache;
 use crate::config::Config;
@@ -34,6 +35,8 @@ pub enum StartError {
 /// A running proxy serving HTTP.
 pub struct App {
     addr: SocketAddr,
+    /// Where the admin listener is bound, when enabled.
+    admin_addr: Option<SocketAddr>,
     core: Core,
 }
 
@@ -45,8 +48,17 @@ struct Core {
     /// Signs legacy session ids; derived from `proxy.cursor_secret` when set.
     session_key: SessionKey,
     metrics: Metrics,
+    /// Stops the upstream side: feeds (upstream listens), discovery, stdio children. Fired
+    /// last.
     cancel: CancellationToken,
     tracker: TaskTracker,
+    /// Stops the downstream side: accepting, then listens end with their result. Fired first.
+    downstream: CancellationToken,
+    /// The downstream listener's task, waited for (its drain) before `cancel` fires.
+    downstream_tracker: TaskTracker,
+    /// The operations listener's view; its readiness fails from the start of shutdown.
+    admin: Admin,
+    drain_timeout: Duration,
 }
 
 /// How long background tasks get to stop after cancellation before they are abandoned.
@@ -87,11 +99,37 @@ impl Core {
         }
         let cache = Cache::new(config.cache.clone(), upstreams.len());
         let router = Router::new(upstreams.clone(), config.proxy.clone(), cursors, cache.clone(), metrics.clone());
-        let hub = Hub::start(config.hub.clone(), upstreams, router.namespace().clone(), cache, &cancel, &tracker);
-        Ok(Self { router, hub, session_key, metrics, cancel, tracker })
+        let downstream = CancellationToken::new();
+        let ns = router.namespace().clone();
+        let hub = Hub::start(config.hub.clone(), upstreams, ns, cache, &cancel, downstream.clone(), &tracker);
+        let admin_addr = config.admin.socket_addr().ok().flatten().unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
+        let admin = Admin::new(router.clone(), hub.clone(), &config.admin, admin_addr);
+        admin.start_sampler(Duration::from_secs(2), cancel.clone(), &tracker);
+        Ok(Self {
+            router,
+            hub,
+            session_key,
+            metrics,
+            cancel,
+            tracker,
+            downstream,
+            downstream_tracker: TaskTracker::new(),
+            admin,
+            drain_timeout: config.admin.drain_timeout,
+        })
     }
 
+    /// Shutdown in order: readiness fails and accepting stops; listens end with their result
+    /// and in-flight requests get `drain_timeout`; only then upstream listens are closed and
+    /// stdio children stopped (stdin closed, killed after their grace).
     async fn shutdown(self) {
+        self.admin.begin_drain();
+        self.downstream.cancel();
+        self.downstream_tracker.close();
+        if tokio::time::timeout(self.drain_timeout + STOP_GRACE, self.downstream_tracker.wait()).await.is_err() {
+            tracing::warn!("the downstream listener did not drain in time");
+        }
+        tracing::info!("downstream drained; stopping upstreams");
         self.cancel.cancel();
         self.tracker.close();
         if tokio::time::timeout(STOP_GRACE, self.tracker.wait()).await.is_err() {
@@ -126,15 +164,32 @@ impl App {
                 return Err(StartError::Bind { addr: listen.addr, source });
             }
         };
-        core.tracker.spawn(downstream::serve(
+        let admin_addr = match config.admin.socket_addr().ok().flatten() {
+            None => None,
+            Some(want) => match TcpListener::bind(want).await {
+                Ok(admin_listener) => {
+                    let bound = admin_listener.local_addr().unwrap_or(want);
+                    let (admin, cancel, tracker) = (core.admin.clone(), core.cancel.clone(), core.tracker.clone());
+                    core.tracker.spawn(admin::serve(admin_listener, admin, cancel, tracker));
+                    tracing::info!(addr = %bound, "admin listening");
+                    Some(bound)
+                }
+                Err(source) => {
+                    core.shutdown().await;
+                    return Err(StartError::Bind { addr: want, source });
+                }
+            },
+        };
+        core.downstream_tracker.spawn(downstream::serve(
             listener,
             endpoint,
             listen.max_connections,
             listen.http2,
-            core.cancel.clone(),
+            config.admin.drain_timeout,
+            core.downstream.clone(),
         ));
         tracing::info!(%addr, path = %listen.path, upstreams = config.upstreams.len(), "resmux listening");
-        Ok(Self { addr, core })
+        Ok(Self { addr, admin_addr, core })
     }
 
     /// Validates `config`, starts the upstreams and serves one client on `input`/`output`
@@ -155,6 +210,16 @@ impl App {
     /// The bound address (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The admin listener's bound address, when `[admin] addr` is set.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
+    /// The operations view (readiness, figures).
+    pub fn admin(&self) -> &Admin {
+        &self.core.admin
     }
 
     /// The router (tests inspect upstream state through it).

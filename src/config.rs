@@ -2,6 +2,7 @@
 //! reports every error it can find at once, each with its location; [`Config::validate`]
 //! checks the cross-field rules. `app::build` turns a valid config into running parts.
 
+mod admin;
 mod cache;
 mod hub;
 mod listen;
@@ -12,6 +13,7 @@ mod validate;
 
 use serde::Deserialize;
 
+pub use admin::AdminConfig;
 pub use cache::CacheConfig;
 pub use hub::HubConfig;
 pub use listen::ListenConfig;
@@ -38,6 +40,9 @@ pub struct Config {
     /// Logging.
     #[serde(default)]
     pub log: LogConfig,
+    /// The operations listener.
+    #[serde(default)]
+    pub admin: AdminConfig,
     /// The upstream MCP servers, in priority order (first wins on a name conflict).
     #[serde(default, rename = "upstream")]
     pub upstreams: Vec<UpstreamConfig>,

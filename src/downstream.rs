@@ -8,7 +8,7 @@ mod http;
 pub mod legacy;
 mod listen;
 mod listener;
-mod origin;
+pub(crate) mod origin;
 mod progress;
 mod respond;
 pub mod stdio;

@@ -73,13 +73,16 @@ impl Drop for Subscription {
 }
 
 impl Hub {
-    /// Builds the hub and starts one feed per upstream on `tracker`.
+    /// Builds the hub and starts one feed per upstream on `tracker`, stopping on `cancel`.
+    /// Downstream listens end (with their result) when `listens_end` fires, which shutdown
+    /// does before it cancels the feeds.
     pub fn start(
         config: HubConfig,
         upstreams: Vec<Upstream>,
         ns: Namespace,
         cache: Cache,
         cancel: &CancellationToken,
+        listens_end: CancellationToken,
         tracker: &TaskTracker,
     ) -> Self {
         let desired = upstreams.iter().map(|_| watch::channel(Filter::default()).0).collect();
@@ -93,7 +96,7 @@ impl Hub {
             desired,
             registry: Mutex::default(),
             next_id: AtomicU64::new(1),
-            shutdown: cancel.child_token(),
+            shutdown: listens_end,
             opened,
             active,
         }));
@@ -121,6 +124,11 @@ impl Hub {
     /// Upstream listens opened so far for upstream `index`.
     pub fn upstream_listens_opened(&self, index: usize) -> u64 {
         self.0.opened[index].load(Ordering::Relaxed)
+    }
+
+    /// Whether upstream `index` holds a standing listen (or legacy subscriptions) now.
+    pub fn upstream_listening(&self, index: usize) -> bool {
+        !self.0.active[index].borrow().is_empty()
     }
 
     /// Waits (at most `wait`) until the upstreams are subscribed to everything `listener`

@@ -18,11 +18,13 @@
 //! - [`hub`]: downstream listens, refcounted upstream listens, fan-out and invalidation.
 //! - [`error`]: errors of every layer and their JSON-RPC / HTTP mapping.
 //! - [`config`]: the configuration file; [`app`] builds the running proxy from it.
+//! - [`admin`]: the operations listener: metrics, health, readiness, the dashboard.
 //! - [`sample`]: a built-in MCP server for the demo, tests and load tests.
 //! - [`telemetry`] sets up logging.
 
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod cache;

@@ -14,6 +14,7 @@ pub mod listen;
 pub mod relay;
 mod reply;
 pub mod sse;
+pub mod stats;
 pub mod stdio;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -77,6 +78,8 @@ struct Inner {
     cancel: CancellationToken,
     /// Its tools and prompts by name, for routing calls and mirroring tool arguments.
     catalog: catalog::Catalog,
+    /// Live figures for the admin listener.
+    stats: stats::Stats,
     metrics: Metrics,
 }
 
@@ -140,6 +143,7 @@ impl Upstream {
             probed: std::sync::atomic::AtomicBool::new(false),
             cancel: cancel.clone(),
             catalog: catalog::Catalog::default(),
+            stats: stats::Stats::default(),
             metrics: metrics.clone(),
         }));
         tracker.spawn(discovery::run(upstream.clone(), cancel.clone()));
@@ -159,6 +163,26 @@ impl Upstream {
     /// Its tools and prompts by name.
     pub fn catalog(&self) -> &catalog::Catalog {
         &self.0.catalog
+    }
+
+    /// Requests, failures and recent latency.
+    pub fn stats(&self) -> stats::StatsSnapshot {
+        self.0.stats.snapshot()
+    }
+
+    /// Requests in flight now, and the bound (`max_in_flight`).
+    pub fn in_flight(&self) -> (usize, usize) {
+        let max = self.0.config.max_in_flight;
+        (max.saturating_sub(self.0.in_flight.available_permits()), max)
+    }
+
+    /// The era as a label: `modern`, a legacy version, or `unknown` before discovery.
+    pub fn era_label(&self) -> String {
+        match &*self.0.era.borrow() {
+            Era::Legacy(s) => s.version.clone(),
+            Era::Modern => "modern".into(),
+            Era::Unknown => "unknown".into(),
+        }
     }
 
     /// Whether requests reach it over HTTP (where `Mcp-Param-*` headers exist).
@@ -253,7 +277,9 @@ impl Upstream {
             Err(UpstreamError::Unavailable { .. }) => "unavailable",
             Err(_) => "failed",
         };
-        self.0.metrics.upstream(self.name(), outcome, started.elapsed().as_secs_f64());
+        let took = started.elapsed();
+        self.0.metrics.upstream(self.name(), outcome, took.as_secs_f64());
+        self.0.stats.record(took, result.is_err());
         result
     }
 

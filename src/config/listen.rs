@@ -28,8 +28,9 @@ pub struct ListenConfig {
     /// HTTP/1.1 in clear text, and the dual-protocol connection costs ~9 KiB more per open
     /// connection (10,000 idle listen streams: 304 MB instead of 212 MB).
     pub http2: bool,
-    /// Path serving Prometheus metrics on the same listener (GET). Empty disables it.
-    /// Default `/metrics`.
+    /// Path serving Prometheus metrics on the MCP listener too (GET). Empty (the default)
+    /// disables it: metrics belong on the admin listener (`[admin] addr`), which MCP clients
+    /// cannot reach.
     pub metrics_path: String,
     /// Most legacy (2025-xx) sessions held at once. A session is minted by a legacy
     /// `initialize` and holds the client's `resources/subscribe` set and its standalone GET
@@ -53,7 +54,7 @@ impl Default for ListenConfig {
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             max_connections: 10_000,
-            metrics_path: "/metrics".into(),
+            metrics_path: String::new(),
             http2: false,
             max_legacy_sessions: 10_000,
             legacy_session_idle: Duration::from_secs(30 * 60),

@@ -38,6 +38,9 @@ impl Config {
         {
             err("proxy.cursor_secret".into(), &m);
         }
+        if let Err(e) = self.admin.socket_addr() {
+            err("admin.addr".into(), &format!("not a socket address: {e}"));
+        }
         if self.upstreams.is_empty() {
             err("upstream".into(), "at least one [[upstream]] is required");
         }

@@ -23,7 +23,7 @@ use crate::hub::Hub;
 use crate::jsonrpc::{Incoming, Kind};
 use crate::mcp::{self, legacy_method};
 use crate::router::{Call, Router};
-use crate::telemetry::{Metrics, Snapshot};
+use crate::telemetry::Metrics;
 
 /// The endpoint: a cheap handle shared by every connection.
 #[derive(Clone)]
@@ -66,27 +66,10 @@ impl Endpoint {
         }))
     }
 
-    /// The Prometheus text exposition.
+    /// The Prometheus text exposition (the data listener's optional copy of the admin
+    /// listener's `/metrics`).
     fn metrics(&self) -> Resp {
-        let cache = self.0.router.cache();
-        let snapshot = Snapshot {
-            cache_bytes: cache.weighted_size(),
-            cache_entries: cache.entry_count(),
-            listeners: self.0.hub.listener_count(),
-            upstream_listens: self
-                .0
-                .router
-                .upstreams()
-                .iter()
-                .enumerate()
-                .map(|(i, u)| (u.name().to_owned(), self.0.hub.upstream_listens_opened(i)))
-                .collect(),
-            watched_uris: (self.0.router.upstreams().iter().enumerate())
-                .map(|(i, u)| (u.name().to_owned(), cache.watches().len(i) as u64))
-                .collect(),
-            watch_fallbacks: cache.watches().fallbacks(),
-        };
-        let mut resp = plain(StatusCode::OK, &self.0.metrics.render(&snapshot));
+        let mut resp = plain(StatusCode::OK, &crate::admin::metrics_text(&self.0.router, &self.0.hub));
         resp.headers_mut().insert(
             CONTENT_TYPE,
             HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),

@@ -21,15 +21,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::Endpoint;
 
-/// How long open connections get to finish in-flight requests after shutdown begins.
-const DRAIN: Duration = Duration::from_secs(5);
-
-/// Serves `endpoint` on `listener` until `cancel`, then drains open connections.
+/// Serves `endpoint` on `listener` until `cancel`, then gives open connections `drain` to
+/// finish their in-flight requests (listen streams end with their result at `cancel` too).
 pub async fn serve(
     listener: TcpListener,
     endpoint: Endpoint,
     max_connections: usize,
     http2: bool,
+    drain: Duration,
     cancel: CancellationToken,
 ) {
     let graceful = GracefulShutdown::new();
@@ -70,7 +69,7 @@ pub async fn serve(
     drop(listener);
     tokio::select! {
         _ = graceful.shutdown() => {}
-        _ = tokio::time::sleep(DRAIN) => tracing::warn!("forcing shutdown with connections still open"),
+        _ = tokio::time::sleep(drain) => tracing::warn!("forcing shutdown with connections still open"),
     }
 }
 

@@ -53,6 +53,9 @@ struct Inner {
     upstream_listens: Family<Named, Gauge>,
     watched_uris: Family<Named, Gauge>,
     watch_fallbacks: Counter,
+    /// Downstream requests: all, then hit, miss, stale, bypass, error (for the admin page,
+    /// without summing label sets).
+    totals: [std::sync::atomic::AtomicU64; 6],
 }
 
 /// Values read at scrape time.
@@ -119,6 +122,7 @@ impl Metrics {
             upstream_listens,
             watched_uris,
             watch_fallbacks,
+            totals: Default::default(),
         }))
     }
 
@@ -126,6 +130,19 @@ impl Metrics {
     pub fn downstream(&self, method: &str, outcome: &'static str) {
         let method = KNOWN.iter().find(|m| **m == method).copied().unwrap_or("other");
         self.0.downstream.get_or_create(&Downstream { method, outcome }).inc();
+        let slot = match outcome {
+            "hit" => Some(1),
+            "miss" => Some(2),
+            "stale" => Some(3),
+            "bypass" => Some(4),
+            "error" => Some(5),
+            _ => None,
+        };
+        use std::sync::atomic::Ordering::Relaxed;
+        self.0.totals[0].fetch_add(1, Relaxed);
+        if let Some(i) = slot {
+            self.0.totals[i].fetch_add(1, Relaxed);
+        }
     }
 
     /// One upstream request finished.
@@ -155,6 +172,25 @@ impl Metrics {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.0.registry).expect("writing to a String");
         out
+    }
+}
+
+/// Downstream requests answered since start, by how the cache took part.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Totals {
+    pub all: u64,
+    pub hit: u64,
+    pub miss: u64,
+    pub stale: u64,
+    pub bypass: u64,
+    pub error: u64,
+}
+
+impl Metrics {
+    /// The downstream request counters summed over methods.
+    pub fn downstream_totals(&self) -> Totals {
+        let n = |i: usize| self.0.totals[i].load(std::sync::atomic::Ordering::Relaxed);
+        Totals { all: n(0), hit: n(1), miss: n(2), stale: n(3), bypass: n(4), error: n(5) }
     }
 }
 

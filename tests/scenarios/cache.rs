@@ -255,13 +255,15 @@ async fn an_upstream_with_cache_off_is_bypassed() {
 
 #[tokio::test]
 async fn metrics_show_hits_misses_and_upstream_traffic() {
-    let (p, _up) = proxy_with(SampleSpec::generated("docs", 2), |_| {}).await;
+    let (p, _up) = proxy_with(SampleSpec::generated("docs", 2), |c| c.admin.addr = "127.0.0.1:0".into()).await;
     for _ in 0..3 {
         p.client.request("resources/read", read("docs://item/0")).await.result();
     }
     let ex = p.client.raw("GET", &[], Vec::new()).await;
     assert_eq!(ex.status, 405, "the MCP endpoint stays POST-only");
-    let url = format!("http://{}/metrics", p.app.local_addr());
+    let data_listener = format!("http://{}/metrics", p.app.local_addr());
+    assert_eq!(McpClient::new(&data_listener).raw("GET", &[], Vec::new()).await.status, 404, "not on the MCP listener");
+    let url = format!("http://{}/metrics", p.app.admin_addr().expect("admin listener"));
     let metrics = McpClient::new(&url).raw("GET", &[], Vec::new()).await;
     assert_eq!(metrics.status, 200);
     let text = String::from_utf8_lossy(&metrics.body);

@@ -11,6 +11,7 @@ mod legacy_upstream;
 mod listen;
 mod merge;
 mod namespace;
+mod ops;
 mod rmcp_interop;
 mod stdio;
 mod stdio_downstream;

@@ -1,0 +1,227 @@
+//! The admin listener (`[admin] addr`): Prometheus metrics, liveness and readiness, live JSON
+//! about the upstreams and the proxy, and a single-page dashboard served from the binary. It
+//! is a separate listener with its own Host check, so MCP clients never reach it and probes
+//! never compete with MCP connections.
+
+mod history;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, HOST};
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use history::History;
+
+use crate::config::{AdminConfig, OnError};
+use crate::downstream::origin::OriginPolicy;
+use crate::hub::Hub;
+use crate::router::Router;
+use crate::telemetry::Snapshot;
+
+/// The dashboard: one static page, no build step, no CDN.
+const PAGE: &str = include_str!("admin/page.html");
+
+/// Cheap handle over what the admin listener reports.
+#[derive(Clone)]
+pub struct Admin(Arc<Inner>);
+
+struct Inner {
+    router: Router,
+    hub: Hub,
+    started: Instant,
+    /// Set when shutdown begins: `/readyz` fails from then on.
+    draining: AtomicBool,
+    hosts: OriginPolicy,
+    history: History,
+}
+
+impl Admin {
+    pub fn new(router: Router, hub: Hub, config: &AdminConfig, addr: SocketAddr) -> Self {
+        Self(Arc::new(Inner {
+            router,
+            hub,
+            started: Instant::now(),
+            draining: AtomicBool::new(false),
+            hosts: OriginPolicy::new(&[], &config.allowed_hosts, addr),
+            history: History::default(),
+        }))
+    }
+
+    /// Shutdown has begun: fail readiness so load balancers stop sending traffic.
+    pub fn begin_drain(&self) {
+        self.0.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// The Prometheus text exposition, gauges read now.
+    pub fn metrics_text(&self) -> String {
+        metrics_text(&self.0.router, &self.0.hub)
+    }
+
+    /// Readiness: not draining, and every `fail_closed` upstream has answered discovery.
+    pub fn readiness(&self) -> (bool, Value) {
+        let draining = self.0.draining.load(Ordering::SeqCst);
+        let waiting: Vec<&str> = (self.0.router.upstreams().iter())
+            .filter(|u| u.config().on_error == OnError::FailClosed && u.info().is_none())
+            .map(|u| u.name())
+            .collect();
+        let ready = !draining && waiting.is_empty();
+        (ready, json!({"ready": ready, "draining": draining, "unreachable_fail_closed": waiting}))
+    }
+
+    /// Per-upstream figures.
+    pub fn upstreams(&self) -> Value {
+        let cache = self.0.router.cache();
+        let list: Vec<Value> = (self.0.router.upstreams().iter().enumerate())
+            .map(|(i, u)| {
+                let (in_flight, max_in_flight) = u.in_flight();
+                let stats = u.stats();
+                json!({
+                    "name": u.name(),
+                    "transport": if u.is_http() { "http" } else { "stdio" },
+                    "era": u.era_label(),
+                    "healthy": u.info().is_some(),
+                    "on_error": if u.config().on_error == OnError::FailClosed { "fail_closed" } else { "fail_open" },
+                    "in_flight": in_flight,
+                    "max_in_flight": max_in_flight,
+                    "requests": stats.requests,
+                    "failures": stats.failures,
+                    "p50_ms": stats.p50_ms,
+                    "p99_ms": stats.p99_ms,
+                    "listens_opened": self.0.hub.upstream_listens_opened(i),
+                    "listening": self.0.hub.upstream_listening(i),
+                    "watched_uris": cache.watches().len(i),
+                })
+            })
+            .collect();
+        json!({ "upstreams": list })
+    }
+
+    /// Proxy-wide figures, with the recent history the page charts.
+    pub fn stats(&self) -> Value {
+        let cache = self.0.router.cache();
+        let totals = self.0.router.metrics().downstream_totals();
+        let listeners = self.0.hub.listener_count();
+        let listening = (0..self.0.router.upstreams().len()).filter(|i| self.0.hub.upstream_listening(*i)).count();
+        json!({
+            "uptime_s": self.0.started.elapsed().as_secs(),
+            "cache_bytes": cache.weighted_size(),
+            "cache_entries": cache.entry_count(),
+            "watch_fallbacks": cache.watches().fallbacks(),
+            "requests": totals,
+            "listeners": listeners,
+            "upstream_listens": listening,
+            "fan_out": if listening == 0 { 0.0 } else { listeners as f64 / listening as f64 },
+            "history": self.0.history.points(),
+        })
+    }
+
+    /// Samples the request counters for the chart every `every`, until `cancel`.
+    pub fn start_sampler(&self, every: Duration, cancel: CancellationToken, tracker: &TaskTracker) {
+        let admin = self.clone();
+        tracker.spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tick.tick() => admin.0.history.sample(&admin.0.router.metrics().downstream_totals()),
+                }
+            }
+        });
+    }
+
+    /// Serves one admin request.
+    pub fn serve<B>(&self, req: &Request<B>) -> Response<Full<Bytes>> {
+        let host = req.headers().get(HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+        if !self.0.hosts.host_allowed(host) {
+            return text(StatusCode::FORBIDDEN, "text/plain; charset=utf-8", "host not allowed".into());
+        }
+        if req.method() != Method::GET {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", "GET only".into());
+        }
+        match req.uri().path() {
+            "/" => text(StatusCode::OK, "text/html; charset=utf-8", PAGE.into()),
+            "/metrics" => {
+                text(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", self.metrics_text())
+            }
+            "/healthz" => text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into()),
+            "/readyz" => {
+                let (ready, body) = self.readiness();
+                let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+                text(status, "application/json", body.to_string())
+            }
+            "/admin/upstreams" => text(StatusCode::OK, "application/json", self.upstreams().to_string()),
+            "/admin/stats" => text(StatusCode::OK, "application/json", self.stats().to_string()),
+            _ => text(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "not found\n".into()),
+        }
+    }
+}
+
+/// The Prometheus text of `router`'s metrics, with the gauges that are read at scrape time.
+pub fn metrics_text(router: &Router, hub: &Hub) -> String {
+    let cache = router.cache();
+    let upstreams = router.upstreams();
+    let snapshot = Snapshot {
+        cache_bytes: cache.weighted_size(),
+        cache_entries: cache.entry_count(),
+        listeners: hub.listener_count(),
+        upstream_listens: (upstreams.iter().enumerate())
+            .map(|(i, u)| (u.name().to_owned(), hub.upstream_listens_opened(i)))
+            .collect(),
+        watched_uris: (upstreams.iter().enumerate())
+            .map(|(i, u)| (u.name().to_owned(), cache.watches().len(i) as u64))
+            .collect(),
+        watch_fallbacks: cache.watches().fallbacks(),
+    };
+    router.metrics().render(&snapshot)
+}
+
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// Serves the admin listener until `cancel`. Few, short requests: HTTP/1.1, one task per
+/// connection, no connection bound beyond the kernel backlog.
+pub async fn serve(listener: TcpListener, admin: Admin, cancel: CancellationToken, tracker: TaskTracker) {
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "admin accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let admin = admin.clone();
+        let cancel = cancel.clone();
+        tracker.spawn(async move {
+            let service = service_fn(move |req: Request<hyper::body::Incoming>| {
+                let resp = admin.serve(&req);
+                async move { Ok::<_, Infallible>(resp) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                _ = conn => {}
+                _ = cancel.cancelled() => {}
+            }
+        });
+    }
+}
