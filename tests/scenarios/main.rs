@@ -4,6 +4,7 @@
 mod support;
 
 mod cache;
+mod interop;
 mod legacy;
 mod legacy_sdk;
 mod legacy_upstream;
