@@ -8,9 +8,11 @@ mod content;
 mod handler;
 mod http;
 mod legacy;
+mod record;
 mod stdio;
 
-pub use content::{Profile, SampleSpec};
-pub use handler::{Sample, SampleEvent};
+pub use content::{NON_ASCII_PATH, Profile, SampleSpec};
+pub use handler::{APPROVE_STATE, Sample, SampleEvent};
 pub use http::SampleHttp;
+pub use record::{Failure, Recorded};
 pub use stdio::serve_stdio;

@@ -37,6 +37,12 @@ pub struct SampleSpec {
     /// Speak the legacy 2025-11-25 revision over HTTP instead: `initialize`, sessions,
     /// `resources/subscribe`, a GET stream, no `resultType`/`ttlMs`/`cacheScope`.
     pub legacy: bool,
+    /// Also serve what interop tests need: a resource with a non-ASCII URI (`…://café/menü`),
+    /// a `lookup` tool whose `region` and `limit` arguments carry `x-mcp-header` annotations
+    /// (and which rejects ill-typed arguments with -32602), an `approve` tool that answers
+    /// `input_required` until retried with an accepted answer, and a `sample_me` tool that
+    /// needs the client's `sampling` capability (-32021 with HTTP 400 otherwise).
+    pub interop: bool,
 }
 
 impl SampleSpec {
@@ -54,6 +60,7 @@ impl SampleSpec {
             tick: None,
             crashable: false,
             legacy: false,
+            interop: false,
         }
     }
 
@@ -178,6 +185,19 @@ const NOTES: &[(&str, &str, &str)] = &[
 impl SampleSpec {
     /// The static resources.
     pub fn docs_list(&self) -> Vec<Doc> {
+        let mut docs = self.base_docs();
+        if self.interop {
+            docs.push(Doc {
+                path: NON_ASCII_PATH.to_owned(),
+                title: "Menü".to_owned(),
+                mime: "text/plain",
+                text: "Café au lait, crème brûlée".to_owned(),
+            });
+        }
+        docs
+    }
+
+    fn base_docs(&self) -> Vec<Doc> {
         let table = match self.profile {
             Profile::Docs => DOCS,
             Profile::Notes => NOTES,
@@ -208,6 +228,9 @@ impl SampleSpec {
         format!("{}://{path}", self.scheme)
     }
 }
+
+/// The path of the interop resource whose URI is not ASCII.
+pub const NON_ASCII_PATH: &str = "café/menü";
 
 /// `size` bytes of deterministic text for item `i`.
 fn filler(i: usize, size: usize) -> String {

@@ -17,10 +17,13 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use serde_json::Value;
+
 use super::handler::{Handled, Listen, ListenStep, Sample, ack_notification};
+use super::record::Failure;
 use crate::downstream::validate::{self, Body};
 use crate::error::Error;
-use crate::jsonrpc::{Incoming, RequestId, encode_error, encode_result};
+use crate::jsonrpc::{Incoming, Kind, RequestId, encode_error, encode_result};
 
 pub(super) type Resp = Response<BoxBody<Bytes, Infallible>>;
 
@@ -77,7 +80,7 @@ async fn accept(listener: TcpListener, sample: Sample, cancel: CancellationToken
             let service = service_fn(move |req| {
                 let sample = sample.clone();
                 let cancel = inner.clone();
-                async move { Ok::<_, Infallible>(serve(&sample, req, cancel).await) }
+                async move { serve(&sample, req, cancel).await }
             });
             let builder = auto::Builder::new(TokioExecutor::new());
             let conn = builder.serve_connection(TokioIo::new(stream), service);
@@ -89,36 +92,84 @@ async fn accept(listener: TcpListener, sample: Sample, cancel: CancellationToken
     }
 }
 
-async fn serve(sample: &Sample, req: Request<hyper::body::Incoming>, cancel: CancellationToken) -> Resp {
+/// An injected [`Failure::Close`]: the service fails, and hyper drops the connection
+/// without answering.
+#[derive(Debug)]
+pub(super) struct Closed;
+
+impl std::fmt::Display for Closed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("connection closed by an injected failure")
+    }
+}
+
+impl std::error::Error for Closed {}
+
+async fn serve(
+    sample: &Sample,
+    req: Request<hyper::body::Incoming>,
+    cancel: CancellationToken,
+) -> Result<Resp, Closed> {
     if req.uri().path() != "/mcp" {
-        return status(StatusCode::NOT_FOUND);
+        return Ok(status(StatusCode::NOT_FOUND));
     }
     if sample.spec().legacy {
         return super::legacy::serve(sample, req, cancel).await;
     }
     if req.method() != Method::POST {
-        return status(StatusCode::METHOD_NOT_ALLOWED);
+        sample.recorder().record(req.method().as_str(), req.headers(), None, Value::Null);
+        return Ok(status(StatusCode::METHOD_NOT_ALLOWED));
     }
     let (parts, body) = req.into_parts();
     let Ok(body) = Limited::new(body, 1 << 20).collect().await.map(|b| b.to_bytes()) else {
-        return status(StatusCode::PAYLOAD_TOO_LARGE);
+        return Ok(status(StatusCode::PAYLOAD_TOO_LARGE));
     };
     let Ok(text) = std::str::from_utf8(&body) else {
-        return status(StatusCode::BAD_REQUEST);
+        return Ok(status(StatusCode::BAD_REQUEST));
     };
     let msg = match Incoming::parse(text) {
         Ok(m) => m,
-        Err(e) => return rejected(validate::message_error(e)),
+        Err(e) => return Ok(rejected(validate::message_error(e))),
     };
+    if let Some(failed) = record_and_fail(sample, "POST", &parts.headers, &msg)? {
+        return Ok(failed);
+    }
     let checked = match validate::check(&parts.headers, &msg) {
-        Ok(Body::Notification) => return status(StatusCode::ACCEPTED),
+        Ok(Body::Notification) => return Ok(status(StatusCode::ACCEPTED)),
         Ok(Body::Request(c)) => c,
-        Err(r) => return rejected(r),
+        Err(r) => return Ok(rejected(r)),
     };
-    match sample.handle(checked.method, &checked.params).await {
+    Ok(match sample.handle(checked.method, &checked.params).await {
         Handled::Result(v) => json(StatusCode::OK, encode_result(&checked.id, &serde_json::to_vec(&v).expect("json"))),
-        Handled::Error(e) => json(StatusCode::OK, encode_error(Some(&checked.id), &e)),
+        Handled::Error(e) => {
+            // The spec's error table: some errors have their own status (400 for -32021, …).
+            let code = StatusCode::from_u16(e.downstream_status()).unwrap_or(StatusCode::OK);
+            json(code, encode_error(Some(&checked.id), &e))
+        }
         Handled::Listen(listen) => listen_stream(sample, checked.id, listen, cancel),
+    })
+}
+
+/// Records a received message, then applies an injected failure pending for its method:
+/// `Ok(Some(_))` is the failed answer, `Err` closes the connection.
+pub(super) fn record_and_fail(
+    sample: &Sample,
+    http_method: &str,
+    headers: &http::HeaderMap,
+    msg: &Incoming<'_>,
+) -> Result<Option<Resp>, Closed> {
+    let method = (msg.kind != Kind::Response).then(|| msg.method());
+    let params = msg.params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or(Value::Null);
+    sample.recorder().record(http_method, headers, method, params);
+    match method.and_then(|m| sample.recorder().take_failure(m)) {
+        None => Ok(None),
+        Some(Failure::Close) => Err(Closed),
+        Some(Failure::Status(code)) => Ok(Some(status(StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY)))),
+        Some(Failure::Error { status: http, code }) => {
+            let err = crate::jsonrpc::RpcError::new(code, "injected failure");
+            let http = StatusCode::from_u16(http).unwrap_or(StatusCode::BAD_REQUEST);
+            Ok(Some(json(http, encode_error(msg.id.as_ref(), &err))))
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::handler::{Handled, Sample, SampleEvent};
-use super::http::{Resp, json, sse, status};
+use super::http::{Closed, Resp, json, record_and_fail, sse, status};
 use crate::jsonrpc::{Incoming, Kind, RawObject, RpcError, code, encode_error, encode_result, raw_str};
 use crate::mcp;
 
@@ -49,24 +49,40 @@ impl Sample {
     }
 }
 
-pub(super) async fn serve(sample: &Sample, req: Request<hyper::body::Incoming>, cancel: CancellationToken) -> Resp {
+pub(super) async fn serve(
+    sample: &Sample,
+    req: Request<hyper::body::Incoming>,
+    cancel: CancellationToken,
+) -> Result<Resp, Closed> {
     let session = req.headers().get(mcp::H_SESSION_ID).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let known = session.as_ref().is_some_and(|s| sample.sessions().map.lock().expect("sessions").contains_key(s));
+    if *req.method() != Method::POST {
+        sample.recorder().record(req.method().as_str(), req.headers(), None, serde_json::Value::Null);
+    }
     match *req.method() {
-        Method::GET if known => return stream(sample, session.expect("known"), cancel),
+        Method::GET if known => return Ok(stream(sample, session.expect("known"), cancel)),
         Method::DELETE if known => {
             sample.sessions().map.lock().expect("sessions").remove(session.as_deref().expect("known"));
-            return status(StatusCode::OK);
+            return Ok(status(StatusCode::OK));
         }
-        Method::GET | Method::DELETE => return status(StatusCode::NOT_FOUND),
+        Method::GET | Method::DELETE => return Ok(status(StatusCode::NOT_FOUND)),
         Method::POST => {}
-        _ => return status(StatusCode::METHOD_NOT_ALLOWED),
+        _ => return Ok(status(StatusCode::METHOD_NOT_ALLOWED)),
     }
-    let Ok(body) = Limited::new(req.into_body(), 1 << 20).collect().await.map(|b| b.to_bytes()) else {
-        return status(StatusCode::PAYLOAD_TOO_LARGE);
+    let (parts, body) = req.into_parts();
+    let Ok(body) = Limited::new(body, 1 << 20).collect().await.map(|b| b.to_bytes()) else {
+        return Ok(status(StatusCode::PAYLOAD_TOO_LARGE));
     };
-    let Ok(text) = std::str::from_utf8(&body) else { return status(StatusCode::BAD_REQUEST) };
-    let Ok(msg) = Incoming::parse(text) else { return status(StatusCode::BAD_REQUEST) };
+    let Ok(text) = std::str::from_utf8(&body) else { return Ok(status(StatusCode::BAD_REQUEST)) };
+    let Ok(msg) = Incoming::parse(text) else { return Ok(status(StatusCode::BAD_REQUEST)) };
+    if let Some(failed) = record_and_fail(sample, "POST", &parts.headers, &msg)? {
+        return Ok(failed);
+    }
+    Ok(post(sample, session.filter(|_| known), &msg, text).await)
+}
+
+/// Answers a POSTed message; `session` is the request's session when the server knows it.
+async fn post(sample: &Sample, session: Option<String>, msg: &Incoming<'_>, text: &str) -> Resp {
     if msg.method() == "initialize" {
         let id = msg.id.clone().expect("initialize is a request");
         let sessions = sample.sessions();
@@ -86,7 +102,7 @@ pub(super) async fn serve(sample: &Sample, req: Request<hyper::body::Incoming>, 
         resp.headers_mut().insert(mcp::H_SESSION_ID, HeaderValue::from_str(&sid).expect("ascii"));
         return resp;
     }
-    let Some(sid) = session.filter(|_| known) else { return status(StatusCode::NOT_FOUND) };
+    let Some(sid) = session else { return status(StatusCode::NOT_FOUND) };
     match msg.kind {
         Kind::Response => {
             // The client's answer to a question asked mid-call.

@@ -5,6 +5,7 @@ mod support;
 
 mod cache;
 mod hostile;
+mod interop;
 mod legacy;
 mod legacy_sdk;
 mod legacy_upstream;

@@ -1,0 +1,527 @@
+//! Interop on the wire (issue #9): what the proxy sends its upstreams, checked on a recording
+//! sample upstream. Every request a 2026-07-28 upstream receives carries the mirrored headers
+//! its body calls for (on the plain, relayed, retried, `input_required` and non-ASCII paths;
+//! `Mcp-Param-*` from `x-mcp-header`); a legacy upstream gets its session and version headers
+//! instead. Also: cached reads evicted by upstream changes with no downstream listener, the
+//! `max_watched_uris` bound, one execution per tool call across unprefixed upstreams, upstream
+//! 4xx statuses relayed, and legacy `initialize` version negotiation.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+use resmux::config::UpstreamConfig;
+use resmux::mcp::header_value;
+use resmux::sample::{APPROVE_STATE, Failure, NON_ASCII_PATH, Recorded, SampleHttp, SampleSpec};
+
+/// A sample upstream with the interop tools and the non-ASCII resource.
+fn interop(name: &str) -> SampleSpec {
+    SampleSpec { interop: true, ..SampleSpec::generated(name, 3) }
+}
+
+/// Capabilities of a client that can answer every server request.
+fn full_caps() -> Value {
+    json!({"elicitation": {}, "sampling": {}, "roots": {"listChanged": true}})
+}
+
+/// A conforming request (headers mirroring the body) whose client declares `caps`.
+async fn request_with(client: &McpClient, method: &str, mut params: Value, caps: Value) -> Exchange {
+    params["_meta"] = meta();
+    params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = caps;
+    let name = match method {
+        "tools/call" | "prompts/get" => params["name"].as_str().map(str::to_owned),
+        "resources/read" => params["uri"].as_str().map(str::to_owned),
+        _ => None,
+    };
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let mut headers = vec![("mcp-protocol-version", "2026-07-28".to_owned()), ("mcp-method", method.to_owned())];
+    if let Some(n) = name {
+        headers.push(("mcp-name", header_value::encode(&n)));
+    }
+    client.raw("POST", &headers, body.to_string().into_bytes()).await
+}
+
+/// The header value a tool argument mirrors to, per the spec's encoding.
+fn mirrored_value(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(header_value::encode(s)),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Number(n) if n.is_i64() => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// Asserts that a request a 2026-07-28 upstream received carries exactly the headers its own
+/// body requires: the version, `Mcp-Method`, `Mcp-Name` for the three named methods (and only
+/// those), `Mcp-Param-*` for the `lookup` tool's annotated arguments, and no session.
+fn assert_mirrored(r: &Recorded) {
+    let method = r.method.as_deref().unwrap_or_else(|| panic!("a JSON-RPC request: {r:?}"));
+    assert_eq!(r.http_method, "POST", "{r:?}");
+    assert_eq!(r.header("mcp-protocol-version"), Some("2026-07-28"), "{r:?}");
+    assert_eq!(r.params["_meta"]["io.modelcontextprotocol/protocolVersion"], "2026-07-28", "{r:?}");
+    assert_eq!(r.header("mcp-method"), Some(method), "{r:?}");
+    let name = match method {
+        "tools/call" | "prompts/get" => Some(r.params["name"].as_str().expect("a name")),
+        "resources/read" => Some(r.params["uri"].as_str().expect("a uri")),
+        _ => None,
+    };
+    assert_eq!(r.header("mcp-name").map(str::to_owned), name.map(header_value::encode), "{r:?}");
+    let mut want = BTreeSet::new();
+    if method == "tools/call" && name == Some("lookup") {
+        for (arg, header) in [("region", "mcp-param-region"), ("limit", "mcp-param-limit")] {
+            if let Some(v) = mirrored_value(&r.params["arguments"][arg]) {
+                want.insert((header.to_owned(), v));
+            }
+        }
+    }
+    let got: BTreeSet<(String, String)> =
+        r.param_headers().into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+    assert_eq!(got, want, "Mcp-Param-* of {r:?}");
+    assert_eq!(r.header("mcp-session-id"), None, "{r:?}");
+}
+
+/// The recorded requests for `method` whose `params[key]` is `value`.
+fn requests_for(up: &SampleHttp, method: &str, key: &str, value: &str) -> Vec<Recorded> {
+    up.sample.recorded_of(method).into_iter().filter(|r| r.params[key] == value).collect()
+}
+
+#[tokio::test]
+async fn every_upstream_request_carries_the_headers_its_body_requires_on_every_path() {
+    let a = sample_http(interop("a")).await;
+    let b = sample_http(interop("b")).await;
+    let p = Proxy::start(config(vec![UpstreamConfig::http("a", &a.url()), UpstreamConfig::http("b", &b.url())])).await;
+    let c = &p.client;
+    discovered(c).await;
+
+    // Plain: the client declares no capabilities. Every list, a read, calls, a prompt, a
+    // completion.
+    for (method, key) in [
+        ("resources/list", "resources"),
+        ("resources/templates/list", "resourceTemplates"),
+        ("tools/list", "tools"),
+        ("prompts/list", "prompts"),
+    ] {
+        let (items, _) = c.list_all(method, key).await;
+        assert!(!items.is_empty(), "{method}");
+    }
+    assert!(c.request("resources/read", json!({"uri": "a+a://item/0"})).await.text().starts_with("item 0"));
+    let r = c.request("tools/call", json!({"name": "a__echo", "arguments": {"text": "hi"}})).await.result();
+    assert_eq!(r["content"][0]["text"], "hi");
+    let r = c
+        .request(
+            "tools/call",
+            json!({"name": "a__lookup", "arguments": {"region": "eu-west", "limit": 5, "query": "q"}}),
+        )
+        .await
+        .result();
+    assert_eq!(r["content"][0]["text"], "q in eu-west");
+    let r = c
+        .request("tools/call", json!({"name": "b__lookup", "arguments": {"region": "Zürich", "query": "fondue"}}))
+        .await
+        .result();
+    assert_eq!(r["content"][0]["text"], "fondue in Zürich");
+    let r =
+        c.request("prompts/get", json!({"name": "a__summarize", "arguments": {"uri": "a://item/1"}})).await.result();
+    assert_eq!(r["messages"].as_array().unwrap().len(), 2);
+    let r = c
+        .request(
+            "completion/complete",
+            json!({"ref": {"type": "ref/resource", "uri": "a+a://{path}"}, "argument": {"name": "path", "value": "item/"}}),
+        )
+        .await
+        .result();
+    assert_eq!(r["completion"]["total"], 3, "{r}");
+
+    // The mirrored Mcp-Param headers arrived as such (the spec's encoding for non-ASCII).
+    let lookups = requests_for(&a, "tools/call", "name", "lookup");
+    assert_eq!(lookups.len(), 1);
+    assert_eq!(lookups[0].header("mcp-param-region"), Some("eu-west"));
+    assert_eq!(lookups[0].header("mcp-param-limit"), Some("5"));
+    let lookups = requests_for(&b, "tools/call", "name", "lookup");
+    assert_eq!(lookups[0].header("mcp-param-region"), Some(header_value::encode("Zürich").as_str()));
+    assert!(lookups[0].header("mcp-param-region").unwrap().starts_with("=?base64?"));
+    assert_eq!(lookups[0].header("mcp-param-limit"), None, "an absent argument is not mirrored");
+
+    // Relayed: the client can answer elicitation, sampling and roots.
+    let r = request_with(c, "tools/call", json!({"name": "a__sample_me", "arguments": {}}), full_caps()).await;
+    assert_eq!(r.result()["content"][0]["text"], "sampled", "the capabilities reached the upstream");
+    let r = request_with(
+        c,
+        "tools/call",
+        json!({"name": "a__lookup", "arguments": {"region": "us", "limit": 0, "query": "r"}}),
+        full_caps(),
+    )
+    .await;
+    assert_eq!(r.result()["content"][0]["text"], "r in us");
+    let r = request_with(
+        c,
+        "prompts/get",
+        json!({"name": "b__summarize", "arguments": {"uri": "b://item/2"}}),
+        full_caps(),
+    )
+    .await;
+    assert_eq!(r.result()["messages"].as_array().unwrap().len(), 2);
+    let r = request_with(c, "resources/read", json!({"uri": "b+b://item/1"}), full_caps()).await;
+    assert!(r.text().starts_with("item 1"));
+    let relayed = requests_for(&a, "tools/call", "name", "sample_me");
+    assert_eq!(relayed.len(), 1);
+    assert_eq!(relayed[0].params["_meta"]["io.modelcontextprotocol/clientCapabilities"], full_caps());
+
+    // Retried: the first attempt of an idempotent request fails (503 with no body, or a closed
+    // connection); the proxy's one retry carries the headers too.
+    a.sample.fail_next("resources/read", 1, Failure::Status(503));
+    assert!(c.request("resources/read", json!({"uri": "a+a://item/2"})).await.text().starts_with("item 2"));
+    assert_eq!(requests_for(&a, "resources/read", "uri", "a://item/2").len(), 2, "one failed attempt, one retry");
+    a.sample.fail_next("prompts/get", 1, Failure::Close);
+    let r = c.request("prompts/get", json!({"name": "a__summarize", "arguments": {"uri": "a://item/2"}})).await;
+    assert_eq!(r.result()["messages"].as_array().unwrap().len(), 2);
+    let attempts: Vec<Recorded> = a
+        .sample
+        .recorded_of("prompts/get")
+        .into_iter()
+        .filter(|r| r.params["arguments"]["uri"] == "a://item/2")
+        .collect();
+    assert_eq!(attempts.len(), 2, "one dropped attempt, one retry");
+    b.sample.fail_next("completion/complete", 1, Failure::Status(502));
+    let r = c
+        .request(
+            "completion/complete",
+            json!({"ref": {"type": "ref/resource", "uri": "b+b://{path}"}, "argument": {"name": "path", "value": "item/1"}}),
+        )
+        .await;
+    assert_eq!(r.result()["completion"]["values"], json!(["item/1"]));
+    assert_eq!(b.sample.recorded_of("completion/complete").len(), 2);
+
+    // input_required: the tool asks, the client retries with its answer and the echoed state.
+    let first =
+        request_with(c, "tools/call", json!({"name": "a__approve", "arguments": {"what": "deploy"}}), full_caps())
+            .await
+            .result();
+    assert_eq!(first["resultType"], "input_required", "{first}");
+    assert_eq!(first["requestState"], APPROVE_STATE, "the upstream's state reaches the client intact");
+    assert_eq!(first["inputRequests"]["approval"]["method"], "elicitation/create");
+    assert_eq!(first["inputRequests"]["approval"]["params"]["message"], "Approve?");
+    let answers = json!({"approval": {"action": "accept", "content": {"ok": true}}});
+    let retry = json!({"name": "a__approve", "arguments": {"what": "deploy"},
+                       "inputResponses": answers, "requestState": first["requestState"]});
+    let done = request_with(c, "tools/call", retry, full_caps()).await.result();
+    assert_eq!(done["resultType"], "complete", "{done}");
+    assert_eq!(done["content"][0]["text"], "approved: deploy");
+    let approvals = requests_for(&a, "tools/call", "name", "approve");
+    assert_eq!(approvals.len(), 2);
+    for r in &approvals {
+        assert_eq!(r.header("mcp-name"), Some("approve"), "the upstream's own (unprefixed) name: {r:?}");
+    }
+    assert_eq!(approvals[0].params.get("requestState"), None);
+    assert_eq!(approvals[1].params["requestState"], APPROVE_STATE);
+    assert_eq!(approvals[1].params["inputResponses"], answers);
+
+    // A non-ASCII URI travels in the base64 form.
+    let uri = format!("a://{NON_ASCII_PATH}");
+    let r = c.request("resources/read", json!({"uri": format!("a+{uri}")})).await;
+    assert_eq!(r.text(), "Café au lait, crème brûlée");
+    let reads = requests_for(&a, "resources/read", "uri", &uri);
+    assert_eq!(reads.len(), 1);
+    let sent = reads[0].header("mcp-name").expect("Mcp-Name");
+    assert!(sent.starts_with("=?base64?") && sent.ends_with("?="), "{sent}");
+    assert_eq!(sent, header_value::encode(&uri));
+
+    // subscriptions/listen: a listener's URI joins the proxy's listen on that upstream.
+    let mut listening =
+        c.listen(json!("l1"), json!({"resourceSubscriptions": ["b+b://item/0"]})).await.expect("a stream");
+    assert_eq!(listening.next().await["method"], "notifications/subscriptions/acknowledged");
+    eventually("b's listen holds b://item/0", || {
+        let got = b.sample.active_subscriptions();
+        async move { got.iter().any(|uris| uris.contains(&"b://item/0".to_owned())).then_some(()) }
+    })
+    .await;
+    drop(listening);
+
+    // Every request either upstream received, on every path above, carried its headers; and
+    // every method was seen.
+    let mut methods = BTreeSet::new();
+    for up in [&a, &b] {
+        for r in up.sample.recorded() {
+            assert_mirrored(&r);
+            methods.insert(r.method.clone().unwrap());
+        }
+    }
+    let expected = [
+        "server/discover",
+        "resources/list",
+        "resources/templates/list",
+        "tools/list",
+        "prompts/list",
+        "resources/read",
+        "tools/call",
+        "prompts/get",
+        "completion/complete",
+        "subscriptions/listen",
+    ];
+    for m in expected {
+        assert!(methods.contains(m), "no {m} reached an upstream: {methods:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_legacy_upstream_gets_its_session_and_version_headers_and_no_mirrored_ones() {
+    let up = sample_http(SampleSpec { legacy: true, ..interop("docs") }).await;
+    let p = Proxy::start(config(vec![UpstreamConfig::http("docs", &up.url())])).await;
+    let c = &p.client;
+    discovered(c).await;
+
+    let (items, _) = c.list_all("resources/list", "resources").await;
+    assert_eq!(items.len(), 5, "3 items, the non-ASCII one and the status resource");
+    let r = c.request("resources/read", json!({"uri": format!("docs://{NON_ASCII_PATH}")})).await;
+    assert_eq!(r.text(), "Café au lait, crème brûlée");
+    // An annotated argument is not mirrored to a legacy upstream (Mcp-Param-* is 2026-07-28).
+    let r = c.request("tools/call", json!({"name": "lookup", "arguments": {"region": "eu", "query": "q"}})).await;
+    assert_eq!(r.result()["content"][0]["text"], "q in eu");
+    // A mid-call question becomes input_required; the retry answers it on the same session.
+    let first = request_with(c, "tools/call", json!({"name": "confirm", "arguments": {}}), full_caps()).await.result();
+    assert_eq!(first["resultType"], "input_required", "{first}");
+    let retry = json!({"name": "confirm", "arguments": {}, "requestState": first["requestState"],
+                       "inputResponses": {"upstream": {"action": "accept", "content": {"ok": true}}}});
+    let done = request_with(c, "tools/call", retry, full_caps()).await.result();
+    assert_eq!(done["content"][0]["text"], "confirmed: accept");
+    assert!(c.request("resources/read", json!({"uri": "docs://item/1"})).await.text().starts_with("item 1"));
+    let r = c.request("tools/call", json!({"name": "echo", "arguments": {"text": "hi"}})).await.result();
+    assert_eq!(r["content"][0]["text"], "hi");
+    let r =
+        c.request("prompts/get", json!({"name": "summarize", "arguments": {"uri": "docs://item/0"}})).await.result();
+    assert_eq!(r["messages"].as_array().unwrap().len(), 2);
+    let mut listening =
+        c.listen(json!("l1"), json!({"resourceSubscriptions": ["docs://item/2"]})).await.expect("a stream");
+    assert_eq!(listening.next().await["method"], "notifications/subscriptions/acknowledged");
+    eventually("the legacy upstream got resources/subscribe", || {
+        let n = up.sample.count("resources/subscribe");
+        async move { (n > 0).then_some(()) }
+    })
+    .await;
+    drop(listening);
+
+    // The era probe (a modern `server/discover`, which a legacy server cannot answer) comes
+    // first; from `initialize` on, the proxy speaks 2025-11-25.
+    let recorded = up.sample.recorded();
+    let at = recorded.iter().position(|r| r.method.as_deref() == Some("initialize")).expect("an initialize");
+    for probe in &recorded[..at] {
+        assert_eq!(probe.method.as_deref(), Some("server/discover"), "{probe:?}");
+    }
+    let (init, rest) = recorded[at..].split_first().expect("requests");
+    assert_eq!(init.header("mcp-session-id"), None);
+    assert_eq!(init.header("mcp-method"), None);
+    let mut seen = BTreeSet::new();
+    for r in rest {
+        let session = r.header("mcp-session-id").unwrap_or_else(|| panic!("no session id: {r:?}"));
+        assert!(session.starts_with("legacy-session-"), "{r:?}");
+        assert_eq!(r.header("mcp-protocol-version"), Some("2025-11-25"), "{r:?}");
+        assert_eq!(r.header("mcp-method"), None, "{r:?}");
+        assert_eq!(r.header("mcp-name"), None, "{r:?}");
+        assert!(r.param_headers().is_empty(), "{r:?}");
+        seen.insert(r.method.clone().unwrap_or_else(|| r.http_method.clone()));
+    }
+    assert!(seen.contains("POST"), "the answer to the mid-call question: {seen:?}");
+    for m in ["notifications/initialized", "resources/list", "resources/read", "tools/call", "prompts/get"] {
+        assert!(seen.contains(m), "no {m} reached the upstream: {seen:?}");
+    }
+    assert!(seen.contains("resources/subscribe") && seen.contains("GET"), "{seen:?}");
+}
+
+/// A proxy in front of one generated sample upstream (`docs://item/N`, public, 60 s TTL).
+async fn docs_proxy(tweak: impl FnOnce(&mut resmux::config::Config)) -> (Proxy, SampleHttp) {
+    let up = sample_http(SampleSpec::generated("docs", 5)).await;
+    let mut cfg = config(vec![UpstreamConfig::http("docs", &up.url())]);
+    tweak(&mut cfg);
+    let p = Proxy::start(cfg).await;
+    discovered(&p.client).await;
+    (p, up)
+}
+
+async fn read(c: &McpClient, uri: &str) -> Exchange {
+    let ex = c.request("resources/read", json!({"uri": uri})).await;
+    assert_eq!(ex.status, 200, "{}", String::from_utf8_lossy(&ex.body));
+    ex
+}
+
+#[tokio::test]
+async fn an_upstream_change_evicts_a_cached_read_with_no_listener_open() {
+    let (p, up) = docs_proxy(|_| {}).await;
+    let c = &p.client;
+    let status = up.sample.status_uri().to_owned();
+    let first = read(c, &status).await;
+    assert_eq!((first.cache(), first.text().as_str()), ("miss", "status version 1: all systems nominal"));
+    let second = read(c, &status).await;
+    assert_eq!((second.cache(), second.text().as_str()), ("hit", "status version 1: all systems nominal"));
+
+    // No downstream listen is open: the proxy's own standing listen watches the cached URI.
+    upstream_subscribed(&up, &[&status]).await;
+    assert_eq!(up.sample.listens_open(), 1);
+    up.sample.bump();
+    let fresh = eventually("the cached read is evicted", || async {
+        let ex = read(c, &status).await;
+        ex.text().contains("version 2").then_some(ex)
+    })
+    .await;
+    assert_eq!(fresh.cache(), "miss");
+    assert_eq!(read(c, &status).await.cache(), "hit", "the new version is cached again");
+    assert_eq!(up.sample.count("resources/read"), 2, "one fetch per version");
+}
+
+#[tokio::test]
+async fn past_max_watched_uris_the_oldest_read_falls_back_to_ttl_and_is_counted() {
+    let (p, up) = docs_proxy(|cfg| cfg.cache.max_watched_uris = 2).await;
+    let c = &p.client;
+    for i in 0..3 {
+        assert_eq!(read(c, &format!("docs://item/{i}")).await.cache(), "miss");
+    }
+    upstream_subscribed(&up, &["docs://item/1", "docs://item/2"]).await;
+    let url = format!("http://{}/metrics", p.app.local_addr());
+    let metrics = McpClient::new(&url);
+    let text = eventually("the fallback is counted", || {
+        let metrics = metrics.clone();
+        async move {
+            let text = String::from_utf8_lossy(&metrics.raw("GET", &[], Vec::new()).await.body).into_owned();
+            text.contains("resmux_cache_watch_fallbacks_total 1\n").then_some(text)
+        }
+    })
+    .await;
+    assert!(text.contains("resmux_cache_watched_uris{upstream=\"docs\"} 2\n"), "{text}");
+    // A watched one is still evicted by a change.
+    up.sample.touch("docs://item/2");
+    eventually("docs://item/2 is evicted", || async {
+        (read(c, "docs://item/2").await.cache() == "miss").then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_rejected_call_on_the_first_unprefixed_upstream_is_not_retried_on_the_second() {
+    // Pages of 2: the owner's `lookup` (and its annotations) is on a later tools/list page.
+    let a = sample_http(SampleSpec { page_size: 2, ..interop("a") }).await;
+    let b = sample_http(SampleSpec { page_size: 2, ..interop("b") }).await;
+    let mut ua = UpstreamConfig::http("a", &a.url());
+    let mut ub = UpstreamConfig::http("b", &b.url());
+    ua.prefix = false;
+    ub.prefix = false;
+    let p = Proxy::start(config(vec![ua, ub])).await;
+    discovered(&p.client).await;
+
+    // `query` is required: the first upstream in config order owns `lookup` and rejects it.
+    let ex = p.client.request("tools/call", json!({"name": "lookup", "arguments": {"region": "eu"}})).await;
+    assert_eq!((ex.status.as_u16(), ex.error_code()), (200, -32602), "{}", String::from_utf8_lossy(&ex.body));
+    assert_eq!(ex.json()["error"]["message"], "Invalid arguments for lookup");
+    assert_eq!(a.sample.count("tools/call"), 1);
+    assert_eq!(b.sample.count("tools/call"), 0, "the second upstream never sees the call");
+    // A good call goes to the owner alone too, with its annotated argument mirrored.
+    let ex =
+        p.client.request("tools/call", json!({"name": "lookup", "arguments": {"region": "eu", "query": "q"}})).await;
+    assert_eq!(ex.result()["content"][0]["text"], "q in eu");
+    assert_eq!(requests_for(&a, "tools/call", "name", "lookup")[1].header("mcp-param-region"), Some("eu"));
+    assert_eq!((a.sample.count("tools/call"), b.sample.count("tools/call")), (2, 0));
+    // The same for prompts/get: the first upstream's "not found" is the answer.
+    let ex = p.client.request("prompts/get", json!({"name": "summarize", "arguments": {"uri": "nowhere://x"}})).await;
+    assert_eq!(ex.error_code(), -32602);
+    assert_eq!((a.sample.count("prompts/get"), b.sample.count("prompts/get")), (1, 0));
+}
+
+#[tokio::test]
+async fn an_upstream_4xx_error_keeps_its_status_and_a_transport_failure_is_a_gateway_error() {
+    let up = sample_http(interop("docs")).await;
+    let p = Proxy::start(config(vec![UpstreamConfig::http("docs", &up.url())])).await;
+    let c = &p.client;
+    discovered(c).await;
+
+    // The upstream answers -32021 with HTTP 400; so does the proxy.
+    let ex = c.request("tools/call", json!({"name": "sample_me", "arguments": {}})).await;
+    assert_eq!((ex.status.as_u16(), ex.error_code()), (400, -32021), "{}", String::from_utf8_lossy(&ex.body));
+    assert_eq!(ex.json()["error"]["data"]["requiredCapabilities"], json!({"sampling": {}}));
+    let ex = request_with(c, "tools/call", json!({"name": "sample_me", "arguments": {}}), full_caps()).await;
+    assert_eq!((ex.status.as_u16(), ex.result()["content"][0]["text"].as_str()), (200, Some("sampled")));
+    // A 4xx the spec's table does not tie to the code (-32021 would get its 400 from the code
+    // alone): only the relayed status gives 429 and 403.
+    for (status, code) in [(429, -32000), (403, -32001)] {
+        up.sample.fail_next("tools/call", 1, Failure::Error { status, code });
+        let ex = c.request("tools/call", json!({"name": "echo", "arguments": {"text": "x"}})).await;
+        assert_eq!((ex.status.as_u16(), ex.error_code()), (status, code), "{}", String::from_utf8_lossy(&ex.body));
+        assert_eq!(ex.json()["error"]["message"], "injected failure");
+    }
+    assert_eq!(up.sample.count("tools/call"), 2, "the injected failures answered before the handler");
+    assert_eq!(up.sample.recorded_of("tools/call").len(), 4);
+
+    // 5xx with no JSON-RPC body, on the attempt and its retry: a gateway error, upstream side.
+    up.sample.fail_next("resources/read", 2, Failure::Status(503));
+    let ex = c.request("resources/read", json!({"uri": "docs://item/0"})).await;
+    assert_eq!((ex.status.as_u16(), ex.error_code()), (502, -32603), "{}", String::from_utf8_lossy(&ex.body));
+    assert_eq!(ex.json()["error"]["data"]["side"], "upstream");
+    assert_eq!(ex.json()["error"]["data"]["upstream"], "docs");
+
+    // The upstream is down.
+    up.stop_and_wait().await;
+    let ex = c.request("resources/read", json!({"uri": "docs://item/1"})).await;
+    assert!(matches!(ex.status.as_u16(), 502 | 504), "{} {}", ex.status, String::from_utf8_lossy(&ex.body));
+    assert_eq!(ex.error_code(), -32603);
+    assert_eq!(ex.json()["error"]["data"]["side"], "upstream");
+}
+
+#[tokio::test]
+async fn a_legacy_initialize_with_an_unsupported_version_negotiates_a_supported_one_that_then_works() {
+    let (p, _up) = docs_proxy(|_| {}).await;
+    for asked in ["1999-01-01", "2026-07-28"] {
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": asked, "capabilities": {}, "clientInfo": {"name": "old", "version": "0"}}});
+        let ex = p.client.raw("POST", &[], init.to_string().into_bytes()).await;
+        assert_eq!(ex.status, 200, "{}", String::from_utf8_lossy(&ex.body));
+        let version = ex.result()["protocolVersion"].as_str().expect("a version").to_owned();
+        assert_eq!(version, "2025-11-25", "asked for {asked}");
+        let session = ex.header("mcp-session-id").expect("a session").to_owned();
+
+        let headers = [("mcp-session-id", session.clone()), ("mcp-protocol-version", version.clone())];
+        let post = |body: Value| p.client.raw("POST", &headers, body.to_string().into_bytes());
+        let ex = post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+        assert_eq!(ex.status, 202);
+        let ex = post(json!({"jsonrpc": "2.0", "id": 1, "method": "resources/list", "params": {}})).await;
+        assert_eq!(ex.result()["resources"].as_array().unwrap().len(), 6, "5 items and the status resource");
+        let ex =
+            post(json!({"jsonrpc": "2.0", "id": 2, "method": "resources/read", "params": {"uri": "docs://item/3"}}))
+                .await;
+        assert!(ex.text().starts_with("item 3"));
+        let ex = post(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                             "params": {"name": "echo", "arguments": {"text": asked}}}))
+        .await;
+        assert_eq!(ex.result()["content"][0]["text"], asked);
+        // The version asked for, not negotiated, is not spoken in the session.
+        let wrong = [("mcp-session-id", session.clone()), ("mcp-protocol-version", asked.to_owned())];
+        let ping = json!({"jsonrpc": "2.0", "id": 4, "method": "ping"}).to_string().into_bytes();
+        let ex = p.client.raw("POST", &wrong, ping).await;
+        assert_eq!((ex.status.as_u16(), ex.error_code()), (400, -32022), "{}", String::from_utf8_lossy(&ex.body));
+    }
+}
+
+#[tokio::test]
+async fn a_legacy_upstream_change_evicts_a_cached_private_read_with_no_listener_open() {
+    let up = sample_http(SampleSpec { legacy: true, ..SampleSpec::generated("docs", 3) }).await;
+    let mut u = UpstreamConfig::http("docs", &up.url());
+    // Legacy results carry no hints: cached for this TTL, private (the default scope).
+    u.default_ttl = std::time::Duration::from_secs(60);
+    let p = Proxy::start(config(vec![u])).await;
+    discovered(&p.client).await;
+    let status = up.sample.status_uri().to_owned();
+    assert_eq!(read(&p.client, &status).await.cache(), "miss");
+    assert_eq!(read(&p.client, &status).await.cache(), "hit");
+    // The proxy's legacy session subscribes the cached URI.
+    eventually("the legacy upstream got resources/subscribe for the cached URI", || {
+        let subscribed =
+            up.sample.recorded_of("resources/subscribe").iter().any(|r| r.params["uri"] == status.as_str());
+        async move { subscribed.then_some(()) }
+    })
+    .await;
+    up.sample.bump();
+    let fresh = eventually("the cached read is evicted", || async {
+        let ex = read(&p.client, &status).await;
+        ex.text().contains("version 2").then_some(ex)
+    })
+    .await;
+    assert_eq!(fresh.cache(), "miss");
+    assert_eq!(up.sample.count("resources/read"), 2);
+}
