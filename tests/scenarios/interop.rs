@@ -370,13 +370,17 @@ async fn an_upstream_change_evicts_a_cached_read_with_no_listener_open() {
 
 #[tokio::test]
 async fn past_max_watched_uris_the_oldest_read_falls_back_to_ttl_and_is_counted() {
-    let (p, up) = docs_proxy(|cfg| cfg.cache.max_watched_uris = 2).await;
+    let (p, up) = docs_proxy(|cfg| {
+        cfg.cache.max_watched_uris = 2;
+        cfg.admin.addr = "127.0.0.1:0".into();
+    })
+    .await;
     let c = &p.client;
     for i in 0..3 {
         assert_eq!(read(c, &format!("docs://item/{i}")).await.cache(), "miss");
     }
     upstream_subscribed(&up, &["docs://item/1", "docs://item/2"]).await;
-    let url = format!("http://{}/metrics", p.app.local_addr());
+    let url = format!("http://{}/metrics", p.app.admin_addr().expect("admin listener"));
     let metrics = McpClient::new(&url);
     let text = eventually("the fallback is counted", || {
         let metrics = metrics.clone();
