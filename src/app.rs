@@ -126,13 +126,7 @@ impl App {
                 return Err(StartError::Bind { addr: listen.addr, source });
             }
         };
-        core.tracker.spawn(downstream::serve(
-            listener,
-            endpoint,
-            listen.max_connections,
-            listen.http2,
-            core.cancel.clone(),
-        ));
+        core.tracker.spawn(downstream::serve(listener, endpoint, listen.into(), core.cancel.clone()));
         tracing::info!(%addr, path = %listen.path, upstreams = config.upstreams.len(), "resmux listening");
         Ok(Self { addr, core })
     }

@@ -12,6 +12,7 @@ mod origin;
 mod respond;
 pub mod stdio;
 pub mod validate;
+mod watch;
 
 pub use http::Endpoint;
 pub use listener::serve;

@@ -3,7 +3,7 @@
 
 pub mod metrics;
 
-pub use metrics::{Metrics, Snapshot};
+pub use metrics::{Metrics, Rejection, Snapshot};
 
 use tracing_subscriber::EnvFilter;
 

@@ -7,6 +7,7 @@ mod cache;
 mod legacy;
 mod legacy_sdk;
 mod legacy_upstream;
+mod limits;
 mod listen;
 mod merge;
 mod namespace;
