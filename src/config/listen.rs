@@ -27,7 +27,8 @@ pub struct ListenConfig {
     pub max_connections: usize,
     /// Most concurrent connections from one peer IP address; 0 = unlimited. A connection over
     /// it is answered `429` with `Retry-After` and closed, without taking one of the
-    /// `max_connections` slots. Default 256.
+    /// `max_connections` slots. IPv6 peers are counted per /64. Behind a reverse proxy every
+    /// connection comes from the proxy's address: raise it, or set 0. Default 256.
     pub max_connections_per_ip: usize,
     /// A request head (request line and headers) must arrive within this long of its first
     /// byte; a slower client is disconnected. Default 10 s.

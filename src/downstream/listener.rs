@@ -17,7 +17,8 @@
 //!   would make the idle time between requests equal to the header timeout. The watch tells
 //!   the two apart: the head deadline runs from the head's first byte, the idle deadline from
 //!   the end of the last response. hyper's timer stays on as a backstop at
-//!   `idle_timeout + header_timeout`, which the watch always reaches first.
+//!   `idle_timeout + header_timeout`, which the watch always reaches first. With HTTP/2 the
+//!   watch counts streams in flight, and any frame read while idle counts as a head begun.
 //! - `max_connections_per_ip`: counted at accept; see [`refuse`].
 
 use std::collections::HashMap;
