@@ -180,12 +180,12 @@ impl App {
                 }
             },
         };
+        let drain = config.admin.drain_timeout;
         core.downstream_tracker.spawn(downstream::serve(
             listener,
             endpoint,
-            listen.max_connections,
-            listen.http2,
-            config.admin.drain_timeout,
+            listen.into(),
+            drain,
             core.downstream.clone(),
         ));
         tracing::info!(%addr, path = %listen.path, upstreams = config.upstreams.len(), "resmux listening");

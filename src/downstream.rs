@@ -13,6 +13,7 @@ mod progress;
 mod respond;
 pub mod stdio;
 pub mod validate;
+mod watch;
 
 pub use http::Endpoint;
 pub use listener::serve;

@@ -50,6 +50,9 @@ pub enum DownstreamError {
     UnsupportedVersion { requested: String, supported: Vec<String> },
     #[error("Request body exceeds {limit} bytes")]
     BodyTooLarge { limit: usize },
+    /// The request body did not arrive completely within `[listen] body_timeout`.
+    #[error("Request body not received within {after:?}")]
+    BodyTimeout { after: Duration },
     #[error("Origin not allowed")]
     OriginNotAllowed,
     #[error("Host not allowed")]
@@ -168,6 +171,7 @@ impl Error {
                         .with_data(json!({"supported": supported, "requested": requested})),
                 ),
                 D::BodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, RpcError::new(code::INVALID_REQUEST, msg)),
+                D::BodyTimeout { .. } => (StatusCode::REQUEST_TIMEOUT, RpcError::new(code::INVALID_REQUEST, msg)),
                 D::OriginNotAllowed | D::HostNotAllowed => {
                     (StatusCode::FORBIDDEN, RpcError::new(code::INVALID_REQUEST, msg))
                 }
@@ -213,6 +217,7 @@ mod tests {
             (DownstreamError::HeaderMismatch("x".into()).into(), 400, -32020),
             (DownstreamError::UnsupportedVersion { requested: "1".into(), supported: vec![] }.into(), 400, -32022),
             (DownstreamError::BodyTooLarge { limit: 1 }.into(), 413, -32600),
+            (DownstreamError::BodyTimeout { after: Duration::from_secs(1) }.into(), 408, -32600),
             (DownstreamError::OriginNotAllowed.into(), 403, -32600),
             (DownstreamError::SessionNotFound.into(), 404, -32600),
             (DownstreamError::StreamConflict.into(), 409, -32600),

@@ -3,7 +3,7 @@
 
 pub mod metrics;
 
-pub use metrics::{Metrics, Snapshot, Totals};
+pub use metrics::{Metrics, Rejection, Snapshot, Totals};
 
 use tracing_subscriber::EnvFilter;
 

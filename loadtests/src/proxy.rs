@@ -47,6 +47,8 @@ pub fn config_text(listen: SocketAddr, upstreams: &[(String, String)], s: &Scena
     // stops accepting, which would measure the bound rather than the proxy.
     let connections = (s.clients * s.upstreams + s.listeners + 1024).max(10_000);
     listen_t.insert("max_connections".into(), (connections as i64).into());
+    // Every load connection comes from the generator's one address.
+    listen_t.insert("max_connections_per_ip".into(), 0.into());
     root.insert("listen".into(), listen_t.into());
     let mut log = toml::Table::new();
     // Per-request logging would cost the proxy CPU it shares with the load generator.
@@ -234,5 +236,6 @@ max_in_flight = 256
         assert_eq!(config.upstreams[1].max_in_flight, 256);
         assert!(!config.cache.enabled);
         assert_eq!(config.listen.max_connections, 10_000);
+        assert_eq!(config.listen.max_connections_per_ip, 0);
     }
 }

@@ -22,8 +22,30 @@ pub struct ListenConfig {
     /// allows any host when `addr` is not loopback, and only loopback names when it is.
     pub allowed_hosts: Vec<String>,
     /// Most concurrent downstream connections; further connections wait in the accept queue.
+    /// Idle connections are reaped by `idle_timeout`, so they cannot hold every slot.
     /// Default 10,000.
     pub max_connections: usize,
+    /// Most concurrent connections from one peer IP address; 0 = unlimited. A connection over
+    /// it is answered `429` with `Retry-After` and closed, without taking one of the
+    /// `max_connections` slots. IPv6 peers are counted per /64. Behind a reverse proxy every
+    /// connection comes from the proxy's address: raise it, or set 0. Default 256.
+    pub max_connections_per_ip: usize,
+    /// A request head (request line and headers) must arrive within this long of its first
+    /// byte; a slower client is disconnected. Default 10 s.
+    #[serde(with = "humantime_serde")]
+    pub header_timeout: Duration,
+    /// A request body must arrive completely within this long of its head; a slower one gets
+    /// `408` and the connection is closed. Default 30 s.
+    #[serde(with = "humantime_serde")]
+    pub body_timeout: Duration,
+    /// A connection with no request in flight and no request begun for this long is closed
+    /// (an open listen stream is a request in flight: it is never idle). Default 60 s.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// Largest request head (request line and headers); a larger one gets `431` and the
+    /// connection is closed. It also caps the connection's read buffer. At least 8192 (the
+    /// HTTP/1 parser's minimum buffer). Default 64 KiB.
+    pub max_header_bytes: usize,
     /// Also accept HTTP/2 with prior knowledge (h2c). Default false: MCP clients speak
     /// HTTP/1.1 in clear text, and the dual-protocol connection costs ~9 KiB more per open
     /// connection (10,000 idle listen streams: 304 MB instead of 212 MB).
@@ -54,6 +76,11 @@ impl Default for ListenConfig {
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             max_connections: 10_000,
+            max_connections_per_ip: 256,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            max_header_bytes: 64 << 10,
             metrics_path: String::new(),
             http2: false,
             max_legacy_sessions: 10_000,

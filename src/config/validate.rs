@@ -7,6 +7,9 @@ use super::{Config, UpstreamConfig};
 /// Longest upstream name: it becomes a URI scheme prefix and a tool-name prefix.
 const MAX_NAME: usize = 63;
 
+/// Smallest `listen.max_header_bytes`: hyper's minimum HTTP/1 read buffer.
+const MIN_HEADER_BYTES: usize = 8192;
+
 impl Config {
     /// Every rule violation, as `(key path, message)`. Empty means valid.
     pub fn validate(&self) -> Vec<(String, String)> {
@@ -20,6 +23,18 @@ impl Config {
         }
         if self.listen.max_connections == 0 {
             err("listen.max_connections".into(), "must be at least 1");
+        }
+        for (key, d) in [
+            ("header_timeout", self.listen.header_timeout),
+            ("body_timeout", self.listen.body_timeout),
+            ("idle_timeout", self.listen.idle_timeout),
+        ] {
+            if d.is_zero() {
+                err(format!("listen.{key}"), "must be positive");
+            }
+        }
+        if self.listen.max_header_bytes < MIN_HEADER_BYTES {
+            err("listen.max_header_bytes".into(), &format!("must be at least {MIN_HEADER_BYTES}"));
         }
         if self.listen.max_legacy_sessions == 0 {
             err("listen.max_legacy_sessions".into(), "must be at least 1");

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN};
+use http::header::{ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN};
 use http::{HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
 
@@ -23,7 +23,7 @@ use crate::hub::Hub;
 use crate::jsonrpc::{Incoming, Kind};
 use crate::mcp::{self, legacy_method};
 use crate::router::{Call, Router};
-use crate::telemetry::Metrics;
+use crate::telemetry::{Metrics, Rejection};
 
 /// The endpoint: a cheap handle shared by every connection.
 #[derive(Clone)]
@@ -37,6 +37,8 @@ struct Inner {
     auth: Authenticator,
     path: String,
     max_body: usize,
+    /// How long a request body may take to arrive.
+    body_timeout: std::time::Duration,
     policy: OriginPolicy,
     metrics: Metrics,
     /// Where metrics are served (GET); empty disables.
@@ -62,8 +64,14 @@ impl Endpoint {
             auth,
             path: listen.path.clone(),
             max_body: listen.max_body_bytes,
+            body_timeout: listen.body_timeout,
             policy: OriginPolicy::new(&listen.allowed_origins, &listen.allowed_hosts, listen.addr),
         }))
+    }
+
+    /// The metrics the listener counts its rejections in.
+    pub(super) fn telemetry(&self) -> &Metrics {
+        &self.0.metrics
     }
 
     /// The Prometheus text exposition (the data listener's optional copy of the admin
@@ -134,10 +142,20 @@ impl Endpoint {
         }
         let principal = principal();
         let (parts, body) = req.into_parts();
-        let body = match Limited::new(body, self.0.max_body).collect().await {
-            Ok(b) => b.to_bytes(),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
-            Err(e) => return plain(StatusCode::BAD_REQUEST, &format!("cannot read body: {e}")),
+        // A body that trickles in holds the connection and its buffer: it gets `body_timeout`
+        // from the head, then 408 and `Connection: close` (the unread rest is never parsed as
+        // a next request).
+        let body = match tokio::time::timeout(self.0.body_timeout, Limited::new(body, self.0.max_body).collect()).await
+        {
+            Ok(Ok(b)) => b.to_bytes(),
+            Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
+            Ok(Err(e)) => return plain(StatusCode::BAD_REQUEST, &format!("cannot read body: {e}")),
+            Err(_) => {
+                self.0.metrics.rejection(Rejection::BodyTimeout);
+                let mut resp = respond::error(None, DownstreamError::BodyTimeout { after: self.0.body_timeout }.into());
+                resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+                return resp;
+            }
         };
         let Ok(text) = std::str::from_utf8(&body) else {
             return respond::error(None, DownstreamError::Parse("body is not UTF-8".into()).into());

@@ -1,42 +1,108 @@
-//! Accepting downstream connections: `TCP_NODELAY`, a bound on concurrent connections, HTTP/1.1
-//! keep-alive (and, when configured, HTTP/2 with prior knowledge), and graceful shutdown on
-//! cancellation.
+//! Accepting downstream connections: `TCP_NODELAY`, a bound on concurrent connections and on
+//! connections per peer address, HTTP/1.1 keep-alive (and, when configured, HTTP/2 with prior
+//! knowledge), the transport limits of `[listen]`, and graceful shutdown on cancellation.
 //!
 //! HTTP/1.1-only is the default because it is what MCP clients speak in clear text, and
 //! because a connection served by the dual-protocol builder carries the HTTP/2 state machine
 //! in its future whatever the client speaks: with 10,000 idle listen streams the proxy's RSS
 //! was 304 MB with it and 212 MB without (`resmux-load run fanout-10k`).
+//!
+//! Limits (see `SECURITY.md`):
+//! - `max_header_bytes`: hyper's `max_header_size` (checked on partial heads too, so an
+//!   unfinished head cannot grow past it) and `max_buf_size` (the read buffer); hyper answers a
+//!   larger head with `431` (no body) and closes.
+//! - `header_timeout` / `idle_timeout`: [`super::watch`], a per-connection timer. hyper's own
+//!   `header_read_timeout` starts when hyper begins *waiting* for a head — at accept, and on a
+//!   keep-alive connection as soon as the previous response is written — so on its own it
+//!   would make the idle time between requests equal to the header timeout. The watch tells
+//!   the two apart: the head deadline runs from the head's first byte, the idle deadline from
+//!   the end of the last response. hyper's timer stays on as a backstop at
+//!   `idle_timeout + header_timeout`, which the watch always reaches first. With HTTP/2 the
+//!   watch counts streams in flight, and any frame read while idle counts as a head begun.
+//! - `max_connections_per_ip`: counted at accept; see [`refuse`].
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::Endpoint;
+use super::watch::{Expired, Tracked, Watch, Watched};
+use crate::config::ListenConfig;
+use crate::error::DownstreamError;
+use crate::jsonrpc::encode_error;
+use crate::telemetry::{Metrics, Rejection};
+
+/// How long a refused connection is drained after its 429, so that closing it does not reset
+/// the 429 away; and how many refused connections may be draining at once (beyond that they
+/// are closed right after the 429 is written).
+const REFUSE_LINGER: Duration = Duration::from_secs(1);
+const MAX_LINGERING: usize = 64;
+
+/// The connection limits of `[listen]`.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_connections: usize,
+    /// 0 = unlimited.
+    pub max_connections_per_ip: usize,
+    pub header_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_header_bytes: usize,
+    pub http2: bool,
+}
+
+impl From<&ListenConfig> for Limits {
+    fn from(c: &ListenConfig) -> Self {
+        Self {
+            max_connections: c.max_connections,
+            max_connections_per_ip: c.max_connections_per_ip,
+            header_timeout: c.header_timeout,
+            idle_timeout: c.idle_timeout,
+            max_header_bytes: c.max_header_bytes,
+            http2: c.http2,
+        }
+    }
+}
 
 /// Serves `endpoint` on `listener` until `cancel`, then gives open connections `drain` to
 /// finish their in-flight requests (listen streams end with their result at `cancel` too).
 pub async fn serve(
     listener: TcpListener,
     endpoint: Endpoint,
-    max_connections: usize,
-    http2: bool,
+    limits: Limits,
     drain: Duration,
     cancel: CancellationToken,
 ) {
     let graceful = GracefulShutdown::new();
+    let metrics = endpoint.telemetry().clone();
     // Each connection holds a permit; at the bound, accepting pauses (the kernel backlog holds
-    // further connections) instead of failing them.
-    let permits = Arc::new(Semaphore::new(max_connections));
-    let http1 = hyper::server::conn::http1::Builder::new();
-    let auto = auto::Builder::new(TokioExecutor::new());
+    // further connections) instead of failing them. Idle connections give theirs back after
+    // `idle_timeout`, so a crowd of silent sockets cannot hold the bound forever.
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let per_ip = Arc::new(PerIp::new(limits.max_connections_per_ip));
+    let lingering = Arc::new(Semaphore::new(MAX_LINGERING));
+    let refusal = refusal();
+    // hyper rejects a buffer under 8192 bytes; config validation enforces that minimum.
+    let buf = limits.max_header_bytes.max(8192);
+    let backstop = limits.idle_timeout + limits.header_timeout;
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1.timer(TokioTimer::new()).header_read_timeout(backstop).max_header_size(limits.max_header_bytes);
+    http1.max_buf_size(buf);
+    let mut auto = auto::Builder::new(TokioExecutor::new());
+    // The dual-protocol builder has no `max_header_size`; its read-buffer cap bounds the head.
+    auto.http1().timer(TokioTimer::new()).header_read_timeout(backstop).max_buf_size(buf);
+    auto.http2().max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
     loop {
         let permit = tokio::select! {
             _ = cancel.cancelled() => break,
@@ -53,17 +119,30 @@ pub async fn serve(
                 }
             },
         };
+        let Some(slot) = per_ip.take(peer.ip()) else {
+            drop(permit);
+            metrics.rejection(Rejection::PerIp);
+            tracing::debug!(%peer, "refused: max_connections_per_ip");
+            refuse(stream, refusal.clone(), &lingering);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
+        let watch = Watch::new(limits.header_timeout, limits.idle_timeout);
         let endpoint = endpoint.clone();
-        let service = service_fn(move |req| {
-            let endpoint = endpoint.clone();
-            async move { Ok::<_, Infallible>(endpoint.serve(req).await) }
+        let service = service_fn({
+            let watch = watch.clone();
+            move |req| {
+                let in_flight = watch.begin();
+                let endpoint = endpoint.clone();
+                async move { Ok::<_, Infallible>(endpoint.serve(req).await.map(|b| Tracked::new(b, in_flight))) }
+            }
         });
-        let io = TokioIo::new(stream);
-        if http2 {
-            spawn_connection(graceful.watch(auto.serve_connection(io, service).into_owned()), peer, permit);
+        let io = TokioIo::new(Watched::new(stream, watch.clone()));
+        let held = Held { permit, slot, peer, watch, metrics: metrics.clone() };
+        if limits.http2 {
+            spawn_connection(graceful.watch(auto.serve_connection(io, service).into_owned()), held);
         } else {
-            spawn_connection(graceful.watch(http1.serve_connection(io, service)), peer, permit);
+            spawn_connection(graceful.watch(http1.serve_connection(io, service)), held);
         }
     }
     drop(listener);
@@ -73,16 +152,177 @@ pub async fn serve(
     }
 }
 
-/// Runs one connection to its end; its permit frees a connection slot then.
-fn spawn_connection<C, E>(conn: C, peer: std::net::SocketAddr, permit: tokio::sync::OwnedSemaphorePermit)
+/// What a connection holds until it ends.
+struct Held {
+    permit: OwnedSemaphorePermit,
+    slot: IpSlot,
+    peer: SocketAddr,
+    watch: Arc<Watch>,
+    metrics: Metrics,
+}
+
+/// Runs one connection to its end (or until its watch expires, which drops it and so closes
+/// the socket); its permit and per-IP slot are freed then.
+fn spawn_connection<C, E>(conn: C, held: Held)
 where
     C: Future<Output = Result<(), E>> + Send + 'static,
-    E: std::fmt::Display,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(%peer, error = %e, "downstream connection ended with error");
+        let Held { permit, slot, peer, watch, metrics } = held;
+        tokio::select! {
+            r = conn => if let Err(e) = r {
+                let e = e.into();
+                match e.downcast_ref::<hyper::Error>() {
+                    Some(h) if h.is_parse_too_large() => metrics.rejection(Rejection::HeaderTooLarge),
+                    Some(h) if h.is_timeout() => metrics.rejection(Rejection::HeaderTimeout),
+                    _ => {}
+                }
+                tracing::debug!(%peer, error = %e, "downstream connection ended with error");
+            },
+            why = watch.expired() => {
+                match why {
+                    Expired::Header => metrics.rejection(Rejection::HeaderTimeout),
+                    Expired::Idle => metrics.idle_closed(),
+                }
+                tracing::debug!(%peer, ?why, "downstream connection timed out");
+            }
         }
+        drop((permit, slot));
+    });
+}
+
+/// The answer to a connection over `max_connections_per_ip`.
+fn refusal() -> Bytes {
+    let (status, err) =
+        crate::error::Error::from(DownstreamError::LimitReached("too many connections from this address".into()))
+            .to_jsonrpc();
+    let body = encode_error(None, &err);
+    let head = format!(
+        "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\n\
+         content-length: {}\r\n\r\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or(""),
+        body.len()
+    );
+    [head.as_bytes(), &body[..]].concat().into()
+}
+
+/// Answers a connection over `max_connections_per_ip` with `429` and `Retry-After`, and closes
+/// it. A 429 rather than a bare close: a client behind a shared address (NAT, a gateway) learns
+/// why and when to retry instead of seeing a reset it may retry at once. It costs no hyper
+/// connection and no `max_connections` slot: the answer is written with one non-blocking write
+/// (a fresh socket's send buffer holds it whole) without reading the request. The socket is then
+/// half-closed and drained for at most [`REFUSE_LINGER`], so that closing it with the request
+/// unread does not reset the 429 away; at most [`MAX_LINGERING`] drain at once, beyond that the
+/// socket is closed at once.
+fn refuse(stream: TcpStream, answer: Bytes, lingering: &Arc<Semaphore>) {
+    let _ = stream.try_write(&answer);
+    let Ok(permit) = lingering.clone().try_acquire_owned() else { return };
+    tokio::spawn(async move {
+        let mut stream = stream;
+        let _ = stream.shutdown().await;
+        let mut sink = [0u8; 512];
+        let drain = async { while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {} };
+        let _ = tokio::time::timeout(REFUSE_LINGER, drain).await;
         drop(permit);
     });
+}
+
+/// Open connections per peer address. An entry exists only while its count is positive, so
+/// the map holds at most `max_connections` entries. IPv6 peers are counted per /64, the block
+/// one host is normally given, so that one host cannot take a fresh address per connection.
+struct PerIp {
+    limit: usize,
+    counts: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One connection's place in [`PerIp`]; dropping it frees the place.
+struct IpSlot(Option<(Arc<PerIp>, IpAddr)>);
+
+impl PerIp {
+    fn new(limit: usize) -> Self {
+        Self { limit, counts: Mutex::new(HashMap::new()) }
+    }
+
+    /// A place for one more connection from `ip`, or `None` at the limit.
+    fn take(self: &Arc<Self>, ip: IpAddr) -> Option<IpSlot> {
+        if self.limit == 0 {
+            return Some(IpSlot(None));
+        }
+        let key = match ip.to_canonical() {
+            IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+            v4 => v4,
+        };
+        let mut counts = self.counts.lock().expect("not poisoned");
+        let n = counts.entry(key).or_insert(0);
+        if *n >= self.limit {
+            return None;
+        }
+        *n += 1;
+        Some(IpSlot(Some((self.clone(), key))))
+    }
+}
+
+impl Drop for IpSlot {
+    fn drop(&mut self) {
+        if let Some((table, key)) = self.0.take() {
+            let mut counts = table.counts.lock().expect("not poisoned");
+            if let Some(n) = counts.get_mut(&key) {
+                *n -= 1;
+                if *n == 0 {
+                    counts.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_ip_counts_are_bounded_and_removed_at_zero() {
+        let t = Arc::new(PerIp::new(2));
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let (s1, s2) = (t.take(a).unwrap(), t.take(a).unwrap());
+        assert!(t.take(a).is_none());
+        assert!(t.take("10.0.0.2".parse().unwrap()).is_some(), "another address is unaffected");
+        drop(s1);
+        let s3 = t.take(a).expect("a freed place is reusable");
+        drop((s2, s3));
+        assert!(t.counts.lock().unwrap().is_empty(), "entries go when their count reaches 0");
+    }
+
+    #[test]
+    fn ipv6_peers_share_their_64_and_mapped_v4_is_v4() {
+        let t = Arc::new(PerIp::new(1));
+        let _a = t.take("2001:db8::1".parse().unwrap()).unwrap();
+        assert!(t.take("2001:db8::2".parse().unwrap()).is_none());
+        assert!(t.take("2001:db8:0:1::1".parse().unwrap()).is_some());
+        let _b = t.take("10.0.0.1".parse().unwrap()).unwrap();
+        assert!(t.take("::ffff:10.0.0.1".parse().unwrap()).is_none());
+    }
+
+    #[test]
+    fn unlimited_tracks_nothing() {
+        let t = Arc::new(PerIp::new(0));
+        let slots: Vec<_> = (0..10).map(|_| t.take("10.0.0.1".parse().unwrap()).unwrap()).collect();
+        assert!(t.counts.lock().unwrap().is_empty());
+        drop(slots);
+    }
+
+    #[test]
+    fn the_refusal_is_a_complete_429() {
+        let r = refusal();
+        let text = std::str::from_utf8(&r).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 429 Too Many Requests\r\n"), "{head}");
+        assert!(head.contains("retry-after: 1") && head.contains("connection: close"));
+        assert!(head.contains(&format!("content-length: {}", body.len())));
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert!(v["id"].is_null());
+        assert_eq!(v["error"]["code"], -32600);
+    }
 }

@@ -28,6 +28,37 @@ struct Upstream {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Reason {
+    reason: &'static str,
+}
+
+/// Why a downstream connection or request was refused by a transport limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rejection {
+    /// A request head did not arrive within `[listen] header_timeout`.
+    HeaderTimeout,
+    /// A request body did not arrive within `[listen] body_timeout`.
+    BodyTimeout,
+    /// A request head exceeded `[listen] max_header_bytes`.
+    HeaderTooLarge,
+    /// A connection over `[listen] max_connections_per_ip`.
+    PerIp,
+}
+
+impl Rejection {
+    pub const ALL: [Rejection; 4] = [Self::HeaderTimeout, Self::BodyTimeout, Self::HeaderTooLarge, Self::PerIp];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::HeaderTimeout => "header_timeout",
+            Self::BodyTimeout => "body_timeout",
+            Self::HeaderTooLarge => "header_too_large",
+            Self::PerIp => "per_ip",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Named {
     upstream: String,
 }
@@ -56,6 +87,8 @@ struct Inner {
     /// Downstream requests: all, then hit, miss, stale, bypass, error (for the admin page,
     /// without summing label sets).
     totals: [std::sync::atomic::AtomicU64; 6],
+    rejections: Family<Reason, Counter>,
+    idle_closed: Counter,
 }
 
 /// Values read at scrape time.
@@ -88,6 +121,12 @@ impl Metrics {
         let upstream_listens = Family::<Named, Gauge>::default();
         let watched_uris = Family::<Named, Gauge>::default();
         let watch_fallbacks = Counter::default();
+        let rejections = Family::<Reason, Counter>::default();
+        // Every reason is exposed from the start (at 0), so rates need no absent-series care.
+        for r in Rejection::ALL {
+            let _ = rejections.get_or_create(&Reason { reason: r.as_str() });
+        }
+        let idle_closed = Counter::default();
         registry.register(
             "downstream_requests",
             "Downstream requests answered, by method and outcome",
@@ -110,6 +149,16 @@ impl Metrics {
             "Cached reads left to TTL-only invalidation at the max_watched_uris bound",
             watch_fallbacks.clone(),
         );
+        registry.register(
+            "downstream_rejections",
+            "Downstream connections or requests refused by a transport limit, by reason",
+            rejections.clone(),
+        );
+        registry.register(
+            "downstream_idle_closed",
+            "Downstream connections closed after idle_timeout with no request in flight",
+            idle_closed.clone(),
+        );
         Self(Arc::new(Inner {
             registry,
             downstream,
@@ -123,6 +172,8 @@ impl Metrics {
             watched_uris,
             watch_fallbacks,
             totals: Default::default(),
+            rejections,
+            idle_closed,
         }))
     }
 
@@ -154,6 +205,16 @@ impl Metrics {
     /// A list page skipped because its upstream failed (fail_open).
     pub fn list_skip(&self, upstream: &str) {
         self.0.list_skips.get_or_create(&Named { upstream: upstream.to_owned() }).inc();
+    }
+
+    /// A connection or request refused by a transport limit.
+    pub fn rejection(&self, why: Rejection) {
+        self.0.rejections.get_or_create(&Reason { reason: why.as_str() }).inc();
+    }
+
+    /// A connection closed by `idle_timeout`.
+    pub fn idle_closed(&self) {
+        self.0.idle_closed.inc();
     }
 
     /// The text exposition, with gauges set from `snapshot`.
@@ -219,6 +280,8 @@ mod tests {
         m.downstream("made/up", "error");
         m.upstream("docs", "ok", 0.002);
         m.list_skip("docs");
+        m.rejection(Rejection::PerIp);
+        m.idle_closed();
         let text = m.render(&Snapshot {
             cache_bytes: 10,
             cache_entries: 1,
@@ -237,5 +300,8 @@ mod tests {
         assert!(text.contains(r#"resmux_upstream_listens_opened{upstream="docs"} 3"#));
         assert!(text.contains(r#"resmux_cache_watched_uris{upstream="docs"} 4"#), "{text}");
         assert!(text.contains("resmux_cache_watch_fallbacks_total 5"), "{text}");
+        assert!(text.contains(r#"resmux_downstream_rejections_total{reason="per_ip"} 1"#), "{text}");
+        assert!(text.contains(r#"resmux_downstream_rejections_total{reason="body_timeout"} 0"#), "{text}");
+        assert!(text.contains("resmux_downstream_idle_closed_total 1"), "{text}");
     }
 }

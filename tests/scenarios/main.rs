@@ -9,6 +9,7 @@ mod interop;
 mod legacy;
 mod legacy_sdk;
 mod legacy_upstream;
+mod limits;
 mod listen;
 mod merge;
 mod namespace;

@@ -1,0 +1,265 @@
+//! Per-connection timing: a connection is *idle* (nothing in flight, no byte of a next request
+//! read), *reading a head* (a byte arrived while idle, the request has not reached the service
+//! yet), or *busy* (a request is in flight: from its head until its response body is done or
+//! dropped — a listen stream stays busy for its whole life). An idle connection is closed after
+//! `idle_timeout`, a head not finished `header_timeout` after its first byte; a busy one is left
+//! alone (bodies have `body_timeout`, listens their own keep-alive and slow-listener rules).
+//!
+//! Three hooks feed it: [`Watched`] (the socket: a read while idle starts a head),
+//! [`Watch::begin`] (the service: a request arrived) and [`Tracked`] (the response body: the
+//! request ends when it is dropped). [`Watch::expired`] resolves when a deadline passes; the
+//! connection's task then drops the connection, which closes the socket.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper::body::{Body, Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// Which deadline passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expired {
+    /// A request head did not finish within `header_timeout` of its first byte.
+    Header,
+    /// Nothing in flight and nothing begun for `idle_timeout`.
+    Idle,
+}
+
+/// The activity of one connection.
+pub struct Watch {
+    origin: Instant,
+    header_timeout: Duration,
+    idle_timeout: Duration,
+    /// Requests whose response has not ended (HTTP/1: at most one).
+    in_flight: AtomicUsize,
+    /// Milliseconds after `origin`, plus one, of the first byte of the head being read; 0: none.
+    head_at: AtomicU64,
+    /// Milliseconds after `origin` since which nothing has been in flight.
+    idle_at: AtomicU64,
+    /// Wakes [`Watch::expired`] to recompute its deadline.
+    changed: Notify,
+}
+
+impl Watch {
+    pub fn new(header_timeout: Duration, idle_timeout: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            origin: Instant::now(),
+            header_timeout,
+            idle_timeout,
+            in_flight: AtomicUsize::new(0),
+            head_at: AtomicU64::new(0),
+            idle_at: AtomicU64::new(0),
+            changed: Notify::new(),
+        })
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.origin.elapsed().as_millis() as u64
+    }
+
+    /// Bytes were read from the socket.
+    fn read(&self) {
+        if self.in_flight.load(Relaxed) == 0 && self.head_at.load(Relaxed) == 0 {
+            self.head_at.store(self.now_ms() + 1, Relaxed);
+            self.changed.notify_one();
+        }
+    }
+
+    /// A request reached the service; it is in flight until the returned guard is dropped
+    /// (move it into the response body with [`Tracked`]).
+    pub fn begin(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Relaxed);
+        self.head_at.store(0, Relaxed);
+        self.changed.notify_one();
+        InFlight(self.clone())
+    }
+
+    /// The next deadline, or `None` while a request is in flight.
+    fn deadline(&self) -> Option<(Instant, Expired)> {
+        if self.in_flight.load(Relaxed) > 0 {
+            return None;
+        }
+        let ms = Duration::from_millis;
+        Some(match self.head_at.load(Relaxed) {
+            0 => (self.origin + ms(self.idle_at.load(Relaxed)) + self.idle_timeout, Expired::Idle),
+            at => (self.origin + ms(at - 1) + self.header_timeout, Expired::Header),
+        })
+    }
+
+    /// Resolves once a deadline has passed.
+    pub async fn expired(&self) -> Expired {
+        loop {
+            let changed = self.changed.notified();
+            match self.deadline() {
+                None => changed.await,
+                Some((at, _)) => tokio::select! {
+                    _ = changed => {}
+                    _ = tokio::time::sleep_until(at) => {
+                        if let Some((at, why)) = self.deadline()
+                            && at <= Instant::now()
+                        {
+                            return why;
+                        }
+                    }
+                },
+            }
+        }
+    }
+}
+
+/// One request in flight; dropping it ends the request.
+pub struct InFlight(Arc<Watch>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let w = &self.0;
+        if w.in_flight.fetch_sub(1, Relaxed) == 1 {
+            w.idle_at.store(w.now_ms(), Relaxed);
+        }
+        w.changed.notify_one();
+    }
+}
+
+/// A response body that keeps its request in flight until it is done or dropped.
+pub struct Tracked<B> {
+    body: B,
+    _in_flight: InFlight,
+}
+
+impl<B> Tracked<B> {
+    pub fn new(body: B, in_flight: InFlight) -> Self {
+        Self { body, _in_flight: in_flight }
+    }
+}
+
+impl<B: Body + Unpin> Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The socket, reporting reads to its [`Watch`].
+pub struct Watched<T> {
+    io: T,
+    watch: Arc<Watch>,
+}
+
+impl<T> Watched<T> {
+    pub fn new(io: T, watch: Arc<Watch>) -> Self {
+        Self { io, watch }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.watch.read();
+        }
+        r
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEAD: Duration = Duration::from_secs(10);
+    const IDLE: Duration = Duration::from_secs(60);
+
+    /// `got` is `want`, to the timer's millisecond.
+    fn about(got: Duration, want: Duration) {
+        assert!(got >= want && got <= want + Duration::from_millis(2), "{got:?} != {want:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_untouched_connection_expires_idle() {
+        let w = Watch::new(HEAD, IDLE);
+        let start = Instant::now();
+        assert_eq!(w.expired().await, Expired::Idle);
+        about(start.elapsed(), IDLE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_started_head_gets_header_timeout_from_its_first_byte() {
+        let w = Watch::new(HEAD, IDLE);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        w.read();
+        let start = Instant::now();
+        assert_eq!(w.expired().await, Expired::Header);
+        about(start.elapsed(), HEAD);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_expires_while_a_request_is_in_flight_and_idle_restarts_after() {
+        let w = Watch::new(HEAD, IDLE);
+        w.read();
+        let guard = w.begin();
+        // Body bytes of the request in flight do not start a head.
+        w.read();
+        let waited = tokio::time::timeout(IDLE * 10, w.expired()).await;
+        assert!(waited.is_err(), "expired while busy");
+        let end = Instant::now();
+        drop(guard);
+        assert_eq!(w.expired().await, Expired::Idle);
+        about(end.elapsed(), IDLE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_begun_mid_wait_moves_the_deadline() {
+        let w = Watch::new(HEAD, IDLE);
+        let waiter = tokio::spawn({
+            let w = w.clone();
+            async move { w.expired().await }
+        });
+        tokio::time::advance(Duration::from_secs(55)).await;
+        w.read();
+        let start = Instant::now();
+        assert_eq!(waiter.await.unwrap(), Expired::Header);
+        about(start.elapsed(), HEAD);
+    }
+}
