@@ -19,7 +19,7 @@
 //! - [`error`]: errors of every layer and their JSON-RPC / HTTP mapping.
 //! - [`config`]: the configuration file; [`app`] builds the running proxy from it.
 //! - [`sample`]: a built-in MCP server for the demo, tests and load tests.
-//! - [`telemetry`] sets up logging.
+//! - [`telemetry`] sets up logging; [`tls`] builds the rustls configurations of both sides.
 
 #![forbid(unsafe_code)]
 
@@ -35,4 +35,5 @@ pub mod mcp;
 pub mod router;
 pub mod sample;
 pub mod telemetry;
+pub mod tls;
 pub mod upstream;

@@ -234,6 +234,7 @@ impl Upstream {
             Ok(Reply::Error(_)) => "error",
             Err(UpstreamError::Timeout { .. }) => "timeout",
             Err(UpstreamError::Unavailable { .. }) => "unavailable",
+            Err(UpstreamError::Tls { .. }) => "tls",
             Err(_) => "failed",
         };
         self.0.metrics.upstream(self.name(), outcome, started.elapsed().as_secs_f64());

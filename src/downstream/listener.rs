@@ -1,6 +1,7 @@
 //! Accepting downstream connections: `TCP_NODELAY`, a bound on concurrent connections, HTTP/1.1
-//! keep-alive (and, when configured, HTTP/2 with prior knowledge), and graceful shutdown on
-//! cancellation.
+//! keep-alive (and, when configured, HTTP/2 with prior knowledge), optionally TLS (rustls, the
+//! handshake on the connection's own task, ALPN from the server configuration), and graceful
+//! shutdown on cancellation.
 //!
 //! HTTP/1.1-only is the default because it is what MCP clients speak in clear text, and
 //! because a connection served by the dual-protocol builder carries the HTTP/2 state machine
@@ -17,6 +18,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::Endpoint;
@@ -24,14 +26,20 @@ use super::Endpoint;
 /// How long open connections get to finish in-flight requests after shutdown begins.
 const DRAIN: Duration = Duration::from_secs(5);
 
-/// Serves `endpoint` on `listener` until `cancel`, then drains open connections.
+/// How long a client gets to complete the TLS handshake.
+const HANDSHAKE: Duration = Duration::from_secs(10);
+
+/// Serves `endpoint` on `listener` until `cancel`, then drains open connections. With `tls`,
+/// every connection is TLS (its ALPN list should offer `h2` only when `http2` is set).
 pub async fn serve(
     listener: TcpListener,
     endpoint: Endpoint,
     max_connections: usize,
     http2: bool,
+    tls: Option<Arc<rustls::ServerConfig>>,
     cancel: CancellationToken,
 ) {
+    let tls = tls.map(TlsAcceptor::from);
     let graceful = GracefulShutdown::new();
     // Each connection holds a permit; at the bound, accepting pauses (the kernel backlog holds
     // further connections) instead of failing them.
@@ -60,6 +68,27 @@ pub async fn serve(
             let endpoint = endpoint.clone();
             async move { Ok::<_, Infallible>(endpoint.serve(req).await) }
         });
+        if let Some(acceptor) = &tls {
+            let (acceptor, watcher, cancel) = (acceptor.clone(), graceful.watcher(), cancel.clone());
+            let (http1, auto) = (http1.clone(), auto.clone());
+            tokio::spawn(async move {
+                let stream = tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    r = tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)) => match r {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                        Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+                    },
+                };
+                let io = TokioIo::new(stream);
+                if http2 {
+                    run_connection(watcher.watch(auto.serve_connection(io, service).into_owned()), peer, permit).await;
+                } else {
+                    run_connection(watcher.watch(http1.serve_connection(io, service)), peer, permit).await;
+                }
+            });
+            continue;
+        }
         let io = TokioIo::new(stream);
         if http2 {
             spawn_connection(graceful.watch(auto.serve_connection(io, service).into_owned()), peer, permit);
@@ -74,16 +103,23 @@ pub async fn serve(
     }
 }
 
-/// Runs one connection to its end; its permit frees a connection slot then.
+/// Runs one connection on a task of its own.
 fn spawn_connection<C, E>(conn: C, peer: std::net::SocketAddr, permit: tokio::sync::OwnedSemaphorePermit)
 where
     C: Future<Output = Result<(), E>> + Send + 'static,
+    E: std::fmt::Display + 'static,
+{
+    tokio::spawn(run_connection(conn, peer, permit));
+}
+
+/// Runs one connection to its end; its permit frees a connection slot then.
+async fn run_connection<C, E>(conn: C, peer: std::net::SocketAddr, permit: tokio::sync::OwnedSemaphorePermit)
+where
+    C: Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(%peer, error = %e, "downstream connection ended with error");
-        }
-        drop(permit);
-    });
+    if let Err(e) = conn.await {
+        tracing::debug!(%peer, error = %e, "downstream connection ended with error");
+    }
+    drop(permit);
 }

@@ -13,5 +13,6 @@ mod namespace;
 mod rmcp_interop;
 mod stdio;
 mod stdio_downstream;
+mod tls;
 mod ts_v2_client;
 mod wire;
