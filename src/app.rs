@@ -30,6 +30,8 @@ pub enum StartError {
     Config(Vec<String>),
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("listen.tls: cannot load the certificate and key")]
+    Tls(#[source] crate::tls::TlsError),
 }
 
 /// A running proxy serving HTTP.
@@ -78,7 +80,20 @@ impl Core {
         let mut upstreams = Vec::with_capacity(config.upstreams.len());
         let mut errors = Vec::new();
         for up in &config.upstreams {
-            match Upstream::start(up.clone(), &client, &metrics, &cancel, &tracker) {
+            // An upstream with TLS settings of its own gets its own client (and pool).
+            let own;
+            let client = match up.tls().map(http::tls_client) {
+                None => &client,
+                Some(Ok(c)) => {
+                    own = c;
+                    &own
+                }
+                Some(Err(e)) => {
+                    errors.push(format!("upstream `{}` TLS: {}", up.name, crate::tls::error_chain(&e)));
+                    continue;
+                }
+            };
+            match Upstream::start(up.clone(), client, &metrics, &cancel, &tracker) {
                 Ok(u) => upstreams.push(u),
                 Err(e) => errors.push(e),
             }
@@ -153,6 +168,23 @@ impl App {
             sessions,
             core.metrics.clone(),
         );
+        let tls = match &listen.tls {
+            None => None,
+            Some(t) => {
+                let alpn: &[&[u8]] = if listen.http2 {
+                    &[crate::tls::ALPN_H2, crate::tls::ALPN_HTTP1]
+                } else {
+                    &[crate::tls::ALPN_HTTP1]
+                };
+                match crate::tls::server_config(&t.cert, &t.key, None, alpn) {
+                    Ok(c) => Some(std::sync::Arc::new(c)),
+                    Err(e) => {
+                        core.shutdown().await;
+                        return Err(StartError::Tls(e));
+                    }
+                }
+            }
+        };
         let bound = match TcpListener::bind(listen.addr).await {
             Ok(listener) => listener.local_addr().map(|addr| (listener, addr)),
             Err(e) => Err(e),
@@ -185,10 +217,12 @@ impl App {
             listener,
             endpoint,
             listen.into(),
+            tls,
             drain,
             core.downstream.clone(),
         ));
-        tracing::info!(%addr, path = %listen.path, upstreams = config.upstreams.len(), "resmux listening");
+        let scheme = if listen.tls.is_some() { "https" } else { "http" };
+        tracing::info!(%addr, %scheme, path = %listen.path, upstreams = config.upstreams.len(), "resmux listening");
         Ok(Self { addr, admin_addr, core })
     }
 

@@ -16,7 +16,7 @@ use serde::Deserialize;
 pub use admin::AdminConfig;
 pub use cache::CacheConfig;
 pub use hub::HubConfig;
-pub use listen::ListenConfig;
+pub use listen::{ListenConfig, ListenTls};
 pub use load::{ConfigError, ConfigErrors, load, parse};
 pub use proxy::{LogConfig, LogFormat, ProxyConfig};
 pub use upstream::{CacheScopeDefault, OnError, SecretSource, Transport, UpstreamConfig};

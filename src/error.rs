@@ -83,6 +83,9 @@ pub enum UpstreamError {
     Timeout { upstream: String, after: Duration },
     #[error("upstream `{upstream}` is unavailable: {reason}")]
     Unavailable { upstream: String, reason: String },
+    /// TLS with the upstream failed: the handshake, its certificate (or ours), or an alert.
+    #[error("upstream `{upstream}` TLS failed: {reason}")]
+    Tls { upstream: String, reason: String },
     #[error("upstream `{upstream}` connection failed mid-request: {reason}")]
     Disconnected { upstream: String, reason: String },
     #[error("upstream `{upstream}` broke the protocol: {reason}")]
@@ -101,6 +104,7 @@ impl UpstreamError {
         match self {
             Self::Timeout { upstream, .. }
             | Self::Unavailable { upstream, .. }
+            | Self::Tls { upstream, .. }
             | Self::Disconnected { upstream, .. }
             | Self::Protocol { upstream, .. }
             | Self::Status { upstream, .. }
@@ -189,11 +193,14 @@ impl Error {
                     UpstreamError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
                     _ => StatusCode::BAD_GATEWAY,
                 };
-                let data = json!({
+                let mut data = json!({
                     "side": "upstream",
                     "upstream": u.upstream(),
                     "retryable": self.is_retryable(),
                 });
+                if let UpstreamError::Tls { reason, .. } = u {
+                    data["tls"] = json!(reason);
+                }
                 (status, RpcError::new(code::INTERNAL_ERROR, msg).with_data(data))
             }
             Error::Internal(_) => (

@@ -20,7 +20,7 @@
 //! - [`config`]: the configuration file; [`app`] builds the running proxy from it.
 //! - [`admin`]: the operations listener: metrics, health, readiness, the dashboard.
 //! - [`sample`]: a built-in MCP server for the demo, tests and load tests.
-//! - [`telemetry`] sets up logging.
+//! - [`telemetry`] sets up logging; [`tls`] builds the rustls configurations of both sides.
 
 #![forbid(unsafe_code)]
 
@@ -37,4 +37,5 @@ pub mod mcp;
 pub mod router;
 pub mod sample;
 pub mod telemetry;
+pub mod tls;
 pub mod upstream;

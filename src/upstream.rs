@@ -275,6 +275,7 @@ impl Upstream {
             Ok(Reply::Error(_)) => "error",
             Err(UpstreamError::Timeout { .. }) => "timeout",
             Err(UpstreamError::Unavailable { .. }) => "unavailable",
+            Err(UpstreamError::Tls { .. }) => "tls",
             Err(_) => "failed",
         };
         let took = started.elapsed();

@@ -97,3 +97,49 @@ fn syntax_errors_point_at_their_line() {
 fn check(path: &std::path::Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_resmux")).args(["check", "-c"]).arg(path).output().unwrap()
 }
+
+#[test]
+fn tls_keys_parse_and_their_files_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap().self_signed(&key).unwrap();
+    let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let path = dir.path().join("tls.toml");
+    let file = |cert: &std::path::Path, key: &std::path::Path| {
+        format!(
+            r#"
+[listen.tls]
+cert = "{cert}"
+key = "{key}"
+
+[[upstream]]
+name = "remote"
+url = "https://localhost:8443/mcp"
+tls_ca_file = "{cert}"
+tls_client_cert = "{cert}"
+tls_client_key = "{key}"
+"#,
+            cert = cert.display(),
+            key = key.display()
+        )
+    };
+    std::fs::write(&path, file(&cert_path, &key_path)).unwrap();
+    let out = check(&path);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // The certificate given as the key, and a missing CA file: each reported.
+    let missing = dir.path().join("missing.pem");
+    std::fs::write(
+        &path,
+        file(&cert_path, &cert_path).replacen(&cert_path.display().to_string(), &missing.display().to_string(), 1),
+    )
+    .unwrap();
+    let out = check(&path);
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("listen.tls.cert") && text.contains("missing.pem"), "{text}");
+    assert!(text.contains("listen.tls.key") && text.contains("no private key"), "{text}");
+    assert!(text.contains("upstream[0].tls_client_key"), "{text}");
+}

@@ -67,6 +67,17 @@ pub struct UpstreamConfig {
     /// to this). Default 30 s.
     #[serde(default = "default_restart_max", with = "humantime_serde")]
     pub restart_backoff_max: Duration,
+    /// `https` only: a PEM file of CA certificates trusted for this upstream in addition to
+    /// the system roots (a private CA). Default: none.
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
+    /// `https` only: a PEM certificate chain presented when the upstream asks for a client
+    /// certificate (mutual TLS). Set together with `tls_client_key`. Default: none.
+    #[serde(default)]
+    pub tls_client_cert: Option<PathBuf>,
+    /// `https` only: the PEM private key (PKCS#8, PKCS#1 or SEC1) of `tls_client_cert`.
+    #[serde(default)]
+    pub tls_client_key: Option<PathBuf>,
 }
 
 /// Where an upstream lives.
@@ -114,7 +125,22 @@ impl UpstreamConfig {
             cache: true,
             protocol: default_protocol(),
             restart_backoff_max: default_restart_max(),
+            tls_ca_file: None,
+            tls_client_cert: None,
+            tls_client_key: None,
         }
+    }
+
+    /// This upstream's own TLS settings, when it has any (otherwise it shares the default
+    /// client). A lone `tls_client_cert` or `tls_client_key` is left out: `validate()`
+    /// rejects it.
+    pub fn tls(&self) -> Option<crate::tls::ClientTls<'_>> {
+        let identity = match (&self.tls_client_cert, &self.tls_client_key) {
+            (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
+            _ => None,
+        };
+        let ca_file = self.tls_ca_file.as_deref();
+        (ca_file.is_some() || identity.is_some()).then_some(crate::tls::ClientTls { ca_file, identity })
     }
 }
 

@@ -42,6 +42,11 @@ impl Config {
         if self.listen.legacy_session_idle.is_zero() {
             err("listen.legacy_session_idle".into(), "must be positive");
         }
+        if let Some(tls) = &self.listen.tls {
+            for (key, message) in check_listen_tls(&tls.cert, &tls.key) {
+                err(format!("listen.tls.{key}"), &message);
+            }
+        }
         if self.cache.min_ttl > self.cache.max_ttl {
             err("cache.min_ttl".into(), "must not exceed cache.max_ttl");
         }
@@ -112,6 +117,7 @@ fn check_upstream(up: &UpstreamConfig) -> Vec<(&'static str, String)> {
     if up.max_message_bytes < 1024 {
         errors.push(("max_message_bytes", "must be at least 1024".into()));
     }
+    errors.extend(check_upstream_tls(up));
     for (name, secret) in &up.headers {
         if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
             errors.push(("headers", format!("`{name}` is not a valid header name")));
@@ -120,6 +126,77 @@ fn check_upstream(up: &UpstreamConfig) -> Vec<(&'static str, String)> {
         }
     }
     errors
+}
+
+/// The `tls_*` keys: only on an `https` URL, the client certificate and key together, and
+/// every file readable and usable.
+fn check_upstream_tls(up: &UpstreamConfig) -> Vec<(&'static str, String)> {
+    let mut errors = Vec::new();
+    let set = [
+        ("tls_ca_file", up.tls_ca_file.is_some()),
+        ("tls_client_cert", up.tls_client_cert.is_some()),
+        ("tls_client_key", up.tls_client_key.is_some()),
+    ];
+    let https =
+        up.url.as_deref().and_then(|u| u.parse::<http::Uri>().ok()).is_some_and(|u| u.scheme_str() == Some("https"));
+    if !https {
+        for (key, _) in set.iter().filter(|(_, on)| *on) {
+            errors.push((*key, "applies only to an https:// `url`".into()));
+        }
+        return errors;
+    }
+    match (&up.tls_client_cert, &up.tls_client_key) {
+        (Some(_), None) => errors.push(("tls_client_key", "required with `tls_client_cert`".into())),
+        (None, Some(_)) => errors.push(("tls_client_cert", "required with `tls_client_key`".into())),
+        _ => {}
+    }
+    // Each file on its own, so that every broken one is reported; then the pair together.
+    let chain = |e: crate::tls::TlsError| crate::tls::error_chain(&e);
+    if let Some(ca) = &up.tls_ca_file
+        && let Err(e) = crate::tls::client_config(crate::tls::ClientTls { ca_file: Some(ca), identity: None })
+    {
+        errors.push(("tls_ca_file", chain(e)));
+    }
+    let cert = up.tls_client_cert.as_deref().map(crate::tls::load_certs);
+    let key = up.tls_client_key.as_deref().map(crate::tls::load_key);
+    match (cert, key) {
+        (Some(Ok(_)), Some(Ok(_))) => {
+            let identity = up.tls().and_then(|t| t.identity);
+            if let Err(e) = crate::tls::client_config(crate::tls::ClientTls { ca_file: None, identity }) {
+                errors.push(("tls_client_cert", chain(e)));
+            }
+        }
+        (cert, key) => {
+            if let Some(Err(e)) = cert {
+                errors.push(("tls_client_cert", chain(e)));
+            }
+            if let Some(Err(e)) = key {
+                errors.push(("tls_client_key", chain(e)));
+            }
+        }
+    }
+    errors
+}
+
+/// The listener's certificate and key: each readable, and usable together.
+fn check_listen_tls(cert: &std::path::Path, key: &std::path::Path) -> Vec<(&'static str, String)> {
+    let chain = |e: crate::tls::TlsError| crate::tls::error_chain(&e);
+    match (crate::tls::load_certs(cert), crate::tls::load_key(key)) {
+        (Ok(_), Ok(_)) => match crate::tls::server_config(cert, key, None, &[crate::tls::ALPN_HTTP1]) {
+            Ok(_) => Vec::new(),
+            Err(e) => vec![("cert", chain(e))],
+        },
+        (c, k) => {
+            let mut errors = Vec::new();
+            if let Err(e) = c {
+                errors.push(("cert", chain(e)));
+            }
+            if let Err(e) = k {
+                errors.push(("key", chain(e)));
+            }
+            errors
+        }
+    }
 }
 
 /// Whether `name` can serve as a URI-scheme prefix and a tool-name prefix.
@@ -133,13 +210,8 @@ pub fn valid_name(name: &str) -> bool {
 fn check_url(url: &str) -> Result<(), String> {
     let uri: http::Uri = url.parse().map_err(|e| format!("`{url}` is not a URL: {e}"))?;
     match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err("https upstreams are not supported by this build; front them with a \
-                        local TLS terminator or use http on a private network"
-                .into());
-        }
-        _ => return Err(format!("`{url}` must be an http:// URL")),
+        Some("http" | "https") => {}
+        _ => return Err(format!("`{url}` must be an http:// or https:// URL")),
     }
     if uri.host().is_none() {
         return Err(format!("`{url}` has no host"));
@@ -160,5 +232,41 @@ mod tests {
         assert!(!valid_name("a_b"));
         assert!(!valid_name("a+b"));
         assert!(!valid_name(""));
+    }
+
+    fn errors_of(up: UpstreamConfig) -> Vec<(String, String)> {
+        let config = Config { upstreams: vec![up], ..Config::default() };
+        config.validate()
+    }
+
+    #[test]
+    fn https_urls_are_accepted_and_tls_keys_need_one() {
+        assert!(errors_of(UpstreamConfig::http("a", "https://mcp.example/mcp")).is_empty());
+        let mut up = UpstreamConfig::http("a", "http://127.0.0.1:1/mcp");
+        up.tls_ca_file = Some("/nonexistent/ca.pem".into());
+        up.tls_client_cert = Some("/nonexistent/client.pem".into());
+        let keys: Vec<_> = errors_of(up).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["upstream[0].tls_ca_file", "upstream[0].tls_client_cert"]);
+        let up = UpstreamConfig::http("a", "ftp://x/mcp");
+        assert_eq!(errors_of(up)[0].0, "upstream[0].url");
+    }
+
+    #[test]
+    fn every_tls_file_problem_is_reported_at_once() {
+        let mut up = UpstreamConfig::http("a", "https://mcp.example/mcp");
+        up.tls_ca_file = Some("/nonexistent/ca.pem".into());
+        up.tls_client_cert = Some("/nonexistent/client.pem".into());
+        let errors = errors_of(up.clone());
+        let keys: Vec<_> = errors.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["upstream[0].tls_client_key", "upstream[0].tls_ca_file", "upstream[0].tls_client_cert"]);
+        assert!(errors[1].1.contains("/nonexistent/ca.pem"), "{errors:?}");
+        up.tls_client_key = Some("/nonexistent/client.key".into());
+        let keys: Vec<_> = errors_of(up).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["upstream[0].tls_ca_file", "upstream[0].tls_client_cert", "upstream[0].tls_client_key"]);
+        let mut config = Config { upstreams: vec![UpstreamConfig::http("a", "http://x/mcp")], ..Config::default() };
+        config.listen.tls =
+            Some(super::super::ListenTls { cert: "/nonexistent/c.pem".into(), key: "/nonexistent/k.pem".into() });
+        let keys: Vec<_> = config.validate().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["listen.tls.cert", "listen.tls.key"]);
     }
 }

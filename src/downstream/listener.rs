@@ -1,6 +1,8 @@
 //! Accepting downstream connections: `TCP_NODELAY`, a bound on concurrent connections and on
 //! connections per peer address, HTTP/1.1 keep-alive (and, when configured, HTTP/2 with prior
-//! knowledge), the transport limits of `[listen]`, and graceful shutdown on cancellation.
+//! knowledge), optionally TLS (rustls, the handshake on the connection's own task, ALPN from
+//! the server configuration), the transport limits of `[listen]`, and graceful shutdown on
+//! cancellation.
 //!
 //! HTTP/1.1-only is the default because it is what MCP clients speak in clear text, and
 //! because a connection served by the dual-protocol builder carries the HTTP/2 state machine
@@ -35,6 +37,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::Endpoint;
@@ -49,6 +52,9 @@ use crate::telemetry::{Metrics, Rejection};
 /// are closed right after the 429 is written).
 const REFUSE_LINGER: Duration = Duration::from_secs(1);
 const MAX_LINGERING: usize = 64;
+
+/// How long a client gets to complete the TLS handshake.
+const HANDSHAKE: Duration = Duration::from_secs(10);
 
 /// The connection limits of `[listen]`.
 #[derive(Debug, Clone)]
@@ -77,13 +83,17 @@ impl From<&ListenConfig> for Limits {
 
 /// Serves `endpoint` on `listener` until `cancel`, then gives open connections `drain` to
 /// finish their in-flight requests (listen streams end with their result at `cancel` too).
+/// With `tls`, every connection is TLS (its ALPN list should offer `h2` only when `http2` is
+/// set).
 pub async fn serve(
     listener: TcpListener,
     endpoint: Endpoint,
     limits: Limits,
+    tls: Option<Arc<rustls::ServerConfig>>,
     drain: Duration,
     cancel: CancellationToken,
 ) {
+    let tls = tls.map(TlsAcceptor::from);
     let graceful = GracefulShutdown::new();
     let metrics = endpoint.telemetry().clone();
     // Each connection holds a permit; at the bound, accepting pauses (the kernel backlog holds
@@ -137,12 +147,33 @@ pub async fn serve(
                 async move { Ok::<_, Infallible>(endpoint.serve(req).await.map(|b| Tracked::new(b, in_flight))) }
             }
         });
-        let io = TokioIo::new(Watched::new(stream, watch.clone()));
-        let held = Held { permit, slot, peer, watch, metrics: metrics.clone() };
+        let held = Held { permit, slot, peer, watch: watch.clone(), metrics: metrics.clone() };
+        if let Some(acceptor) = &tls {
+            let (acceptor, watcher, cancel) = (acceptor.clone(), graceful.watcher(), cancel.clone());
+            let (http1, auto, http2) = (http1.clone(), auto.clone(), limits.http2);
+            tokio::spawn(async move {
+                let stream = tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    r = tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)) => match r {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                        Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+                    },
+                };
+                let io = TokioIo::new(Watched::new(stream, watch));
+                if http2 {
+                    run_connection(watcher.watch(auto.serve_connection(io, service).into_owned()), held).await;
+                } else {
+                    run_connection(watcher.watch(http1.serve_connection(io, service)), held).await;
+                }
+            });
+            continue;
+        }
+        let io = TokioIo::new(Watched::new(stream, watch));
         if limits.http2 {
-            spawn_connection(graceful.watch(auto.serve_connection(io, service).into_owned()), held);
+            tokio::spawn(run_connection(graceful.watch(auto.serve_connection(io, service).into_owned()), held));
         } else {
-            spawn_connection(graceful.watch(http1.serve_connection(io, service)), held);
+            tokio::spawn(run_connection(graceful.watch(http1.serve_connection(io, service)), held));
         }
     }
     drop(listener);
@@ -163,12 +194,12 @@ struct Held {
 
 /// Runs one connection to its end (or until its watch expires, which drops it and so closes
 /// the socket); its permit and per-IP slot are freed then.
-fn spawn_connection<C, E>(conn: C, held: Held)
+async fn run_connection<C, E>(conn: C, held: Held)
 where
-    C: Future<Output = Result<(), E>> + Send + 'static,
+    C: Future<Output = Result<(), E>>,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    tokio::spawn(async move {
+    {
         let Held { permit, slot, peer, watch, metrics } = held;
         tokio::select! {
             r = conn => if let Err(e) = r {
@@ -189,7 +220,7 @@ where
             }
         }
         drop((permit, slot));
-    });
+    }
 }
 
 /// The answer to a connection over `max_connections_per_ip`.

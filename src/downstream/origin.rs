@@ -73,6 +73,14 @@ mod tests {
         let p = OriginPolicy::new(&[], &[], "127.0.0.1:8080".parse().unwrap());
         assert!(p.origin_allowed("http://localhost:3000"));
         assert!(p.origin_allowed("http://[::1]:1"));
+        // Pages served over https (the TLS listener, a local dev server) are loopback too.
+        assert!(p.origin_allowed("https://localhost"));
+        assert!(p.origin_allowed("https://localhost:8443"));
+        assert!(p.origin_allowed("https://127.0.0.1:8443"));
+        assert!(p.origin_allowed("https://[::1]"));
+        assert!(!p.origin_allowed("https://localhost.evil.example"));
+        assert!(!p.origin_allowed("https://localhost:8443/path"));
+        assert!(!p.origin_allowed("wss://localhost"));
         assert!(!p.origin_allowed("https://evil.example"));
         assert!(!p.origin_allowed("http://localhost.evil.example"));
         assert!(!p.origin_allowed("null"));

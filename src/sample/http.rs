@@ -2,6 +2,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,6 +16,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use serde_json::Value;
@@ -33,22 +35,38 @@ pub struct SampleHttp {
     pub sample: Sample,
     cancel: CancellationToken,
     accept: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    tls: bool,
 }
 
 impl SampleHttp {
     /// Starts `sample` on `addr` (use port 0 for an ephemeral port).
     pub async fn start(sample: Sample, addr: SocketAddr) -> std::io::Result<Self> {
+        Self::start_with(sample, addr, None).await
+    }
+
+    /// Starts `sample` on `addr` serving HTTPS with `tls` (which may require client
+    /// certificates; see [`crate::tls::server_config`]).
+    pub async fn start_tls(sample: Sample, addr: SocketAddr, tls: Arc<rustls::ServerConfig>) -> std::io::Result<Self> {
+        Self::start_with(sample, addr, Some(TlsAcceptor::from(tls))).await
+    }
+
+    async fn start_with(sample: Sample, addr: SocketAddr, tls: Option<TlsAcceptor>) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let cancel = CancellationToken::new();
         sample.start_ticking(cancel.clone());
-        let accept = tokio::spawn(accept(listener, sample.clone(), cancel.clone()));
-        Ok(Self { addr, sample, cancel, accept: std::sync::Mutex::new(Some(accept)) })
+        let secure = tls.is_some();
+        let accept = tokio::spawn(accept(listener, sample.clone(), tls, cancel.clone()));
+        Ok(Self { addr, sample, cancel, accept: std::sync::Mutex::new(Some(accept)), tls: secure })
     }
 
-    /// The MCP endpoint URL.
+    /// The MCP endpoint URL (`https://localhost:…` when serving TLS, so that the name matches
+    /// a certificate issued for `localhost`).
     pub fn url(&self) -> String {
-        format!("http://{}/mcp", self.addr)
+        match self.tls {
+            true => format!("https://localhost:{}/mcp", self.addr.port()),
+            false => format!("http://{}/mcp", self.addr),
+        }
     }
 
     /// Stops listening and drops every open connection (as a crash would).
@@ -66,7 +84,7 @@ impl SampleHttp {
     }
 }
 
-async fn accept(listener: TcpListener, sample: Sample, cancel: CancellationToken) {
+async fn accept(listener: TcpListener, sample: Sample, tls: Option<TlsAcceptor>, cancel: CancellationToken) {
     loop {
         let (stream, _) = tokio::select! {
             _ = cancel.cancelled() => return,
@@ -75,20 +93,41 @@ async fn accept(listener: TcpListener, sample: Sample, cancel: CancellationToken
         let _ = stream.set_nodelay(true);
         let sample = sample.clone();
         let cancel = cancel.clone();
+        let Some(acceptor) = tls.clone() else {
+            tokio::spawn(serve_connection(TokioIo::new(stream), sample, cancel));
+            continue;
+        };
         tokio::spawn(async move {
-            let inner = cancel.clone();
-            let service = service_fn(move |req| {
-                let sample = sample.clone();
-                let cancel = inner.clone();
-                async move { serve(&sample, req, cancel).await }
-            });
-            let builder = auto::Builder::new(TokioExecutor::new());
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
-            tokio::select! {
-                _ = cancel.cancelled() => {}
-                _ = conn => {}
-            }
+            let handshake = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream));
+            let stream = tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = handshake => match r {
+                    Ok(Ok(s)) => s,
+                    // A refused handshake (say, no client certificate) ends the connection.
+                    _ => return,
+                },
+            };
+            serve_connection(TokioIo::new(stream), sample, cancel).await;
         });
+    }
+}
+
+/// Serves one connection (HTTP/1.1 or h2) until it ends or the server stops.
+async fn serve_connection<I>(io: TokioIo<I>, sample: Sample, cancel: CancellationToken)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let inner = cancel.clone();
+    let service = service_fn(move |req| {
+        let sample = sample.clone();
+        let cancel = inner.clone();
+        async move { serve(&sample, req, cancel).await }
+    });
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection(io, service);
+    tokio::select! {
+        _ = cancel.cancelled() => {}
+        _ = conn => {}
     }
 }
 

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -16,17 +17,36 @@ use super::sse::{SseError, SseStream};
 use crate::error::UpstreamError;
 use crate::jsonrpc::{Incoming, Kind};
 use crate::mcp;
+use crate::tls::{self, ClientTls, TlsError};
 
-/// The pooled HTTP client shared by every HTTP upstream. `TCP_NODELAY` is set: without it
-/// Nagle's algorithm adds ~40 ms to each keep-alive request/response pair on loopback.
-pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+/// A pooled HTTP client: plain `http` and, through rustls, `https`. `TCP_NODELAY` is set:
+/// without it Nagle's algorithm adds ~40 ms to each keep-alive request/response pair on
+/// loopback. One shared client (system roots only) serves every upstream without TLS settings
+/// of its own; an upstream with `tls_ca_file` or a client certificate gets its own.
+pub type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// Builds the shared client.
 pub fn client() -> HttpClient {
+    build(tls::client_config(ClientTls::default()).expect("the default TLS configuration needs no files"))
+}
+
+/// Builds a client of its own for an upstream with TLS settings.
+pub fn tls_client(settings: ClientTls<'_>) -> Result<HttpClient, TlsError> {
+    Ok(build(tls::client_config(settings)?))
+}
+
+fn build(tls: rustls::ClientConfig) -> HttpClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(std::time::Duration::from_secs(10)));
-    Client::builder(TokioExecutor::new()).pool_idle_timeout(std::time::Duration::from_secs(60)).build(connector)
+    // The TLS connector sees the scheme; the TCP connector below it must accept `https`.
+    connector.enforce_http(false);
+    // ALPN offers http/1.1 only, as on plain http. Not h2: h2 flattens I/O errors to text, so
+    // a TLS alert arriving mid-request (a server refusing our client certificate after a TLS
+    // 1.3 handshake) could no longer be told apart from a dropped connection.
+    let https =
+        HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().wrap_connector(connector);
+    Client::builder(TokioExecutor::new()).pool_idle_timeout(std::time::Duration::from_secs(60)).build(https)
 }
 
 /// One Streamable HTTP upstream endpoint.
@@ -103,8 +123,14 @@ impl HttpTransport {
         *req.headers_mut().expect("builder is valid") = headers;
         let req = req.body(Full::new(body)).map_err(|e| self.err_protocol(e))?;
         self.client.request(req).await.map_err(|e| {
+            let reason = tls::error_chain(&e);
+            // A failed handshake, a rejected certificate or a peer's alert (say, a client
+            // certificate the server wants): retrying will not change it.
+            if tls::find_tls_error(&e).is_some() {
+                return UpstreamError::Tls { upstream: self.name.clone(), reason };
+            }
             // A connect error never reached the upstream; anything else may have.
-            if e.is_connect() { self.err_unavailable(e) } else { self.err_disconnected(e) }
+            if e.is_connect() { self.err_unavailable(reason) } else { self.err_disconnected(reason) }
         })
     }
 

@@ -17,5 +17,6 @@ mod ops;
 mod rmcp_interop;
 mod stdio;
 mod stdio_downstream;
+mod tls;
 mod ts_v2_client;
 mod wire;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -95,7 +96,7 @@ impl Exchange {
 #[derive(Clone)]
 pub struct McpClient {
     url: String,
-    http: Client<HttpConnector, Full<Bytes>>,
+    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     /// Sent as `Authorization: Bearer {principal}` and as `clientInfo.name`, when set.
     principal: Option<String>,
 }
@@ -111,9 +112,17 @@ pub fn meta() -> Value {
 
 impl McpClient {
     pub fn new(url: &str) -> Self {
+        Self::with_tls(url, resmux::tls::client_config(Default::default()).expect("default TLS configuration"))
+    }
+
+    /// A client that speaks https with `tls` (and plain http as before).
+    pub fn with_tls(url: &str, tls: rustls::ClientConfig) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        Self { url: url.to_owned(), http: Client::builder(TokioExecutor::new()).build(connector), principal: None }
+        connector.enforce_http(false);
+        let https =
+            HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().wrap_connector(connector);
+        Self { url: url.to_owned(), http: Client::builder(TokioExecutor::new()).build(https), principal: None }
     }
 
     /// The same client, authenticating as `name` (which it also gives as its clientInfo name).
