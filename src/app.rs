@@ -4,6 +4,7 @@
 //! stop upstreams).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -27,6 +28,8 @@ use crate::upstream::{Upstream, http};
 pub enum StartError {
     #[error("invalid configuration:\n{}", .0.join("\n"))]
     Config(Vec<String>),
+    #[error("cannot set up authentication")]
+    Auth(#[source] crate::auth::AuthSetupError),
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
 }
@@ -42,6 +45,8 @@ pub struct App {
 struct Core {
     router: Router,
     hub: Hub,
+    /// The shared HTTP client (upstreams, JWKS).
+    client: http::HttpClient,
     /// Signs legacy session ids; derived from `proxy.cursor_secret` when set.
     session_key: SessionKey,
     metrics: Metrics,
@@ -88,7 +93,7 @@ impl Core {
         let cache = Cache::new(config.cache.clone(), upstreams.len());
         let router = Router::new(upstreams.clone(), config.proxy.clone(), cursors, cache.clone(), metrics.clone());
         let hub = Hub::start(config.hub.clone(), upstreams, router.namespace().clone(), cache, &cancel, &tracker);
-        Ok(Self { router, hub, session_key, metrics, cancel, tracker })
+        Ok(Self { router, hub, client, session_key, metrics, cancel, tracker })
     }
 
     async fn shutdown(self) {
@@ -104,13 +109,20 @@ impl App {
     /// Validates `config`, starts the upstreams and listens on HTTP.
     pub async fn start(config: Config) -> Result<Self, StartError> {
         let core = Core::build(&config)?;
+        let auth = match Authenticator::from_config(&config.auth, &core.client) {
+            Ok(a) => Arc::new(a),
+            Err(e) => {
+                core.shutdown().await;
+                return Err(StartError::Auth(e));
+            }
+        };
         let listen = &config.listen;
         let sessions = Sessions::new(core.session_key.clone(), listen.max_legacy_sessions, listen.legacy_session_idle);
         sessions.start_sweeper(&core.cancel, &core.tracker);
         let endpoint = Endpoint::new(
             core.router.clone(),
             core.hub.clone(),
-            Authenticator::new(),
+            auth,
             listen,
             sessions,
             core.metrics.clone(),

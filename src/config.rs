@@ -2,6 +2,7 @@
 //! reports every error it can find at once, each with its location; [`Config::validate`]
 //! checks the cross-field rules. `app::build` turns a valid config into running parts.
 
+mod auth;
 mod cache;
 mod hub;
 mod listen;
@@ -12,6 +13,9 @@ mod validate;
 
 use serde::Deserialize;
 
+pub use auth::{
+    ASYMMETRIC_ALGORITHMS, AllowRule, ApiKeyConfig, AuthConfig, AuthMode, AuthModes, JwtConfig, MetadataConfig,
+};
 pub use cache::CacheConfig;
 pub use hub::HubConfig;
 pub use listen::ListenConfig;
@@ -26,6 +30,9 @@ pub struct Config {
     /// Where and how the downstream HTTP endpoint listens.
     #[serde(default)]
     pub listen: ListenConfig,
+    /// Downstream authentication.
+    #[serde(default)]
+    pub auth: AuthConfig,
     /// Proxy-wide settings: identity, cursor key.
     #[serde(default)]
     pub proxy: ProxyConfig,

@@ -50,7 +50,7 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     parse(&text).map_err(|errors| ConfigErrors { file, errors })
 }
 
-const SECTIONS: &[&str] = &["listen", "proxy", "cache", "hub", "log", "upstream"];
+const SECTIONS: &[&str] = &["listen", "auth", "proxy", "cache", "hub", "log", "upstream"];
 
 /// Parses and validates config text. Each section (and each `[[upstream]]`) is decoded on its
 /// own, so one bad section does not hide the errors of the others.
@@ -66,6 +66,7 @@ pub fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
         errors.push(spans.error(&[key], format!("unknown key `{key}`, expected one of {SECTIONS:?}")));
     }
     section(&table, "listen", &spans, &mut errors, &mut config.listen);
+    section(&table, "auth", &spans, &mut errors, &mut config.auth);
     section(&table, "proxy", &spans, &mut errors, &mut config.proxy);
     section(&table, "cache", &spans, &mut errors, &mut config.cache);
     section(&table, "hub", &spans, &mut errors, &mut config.hub);

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::AllowRule;
+
 /// One upstream server. Exactly one of `url` and `command` is set.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -67,6 +69,10 @@ pub struct UpstreamConfig {
     /// to this). Default 30 s.
     #[serde(default = "default_restart_max", with = "humantime_serde")]
     pub restart_backoff_max: Duration,
+    /// Who may reach what on this upstream (`[[upstream.allow]]`, see [`AllowRule`]). Default
+    /// none: every caller that authenticated may use all of it.
+    #[serde(default)]
+    pub allow: Vec<AllowRule>,
 }
 
 /// Where an upstream lives.
@@ -114,6 +120,7 @@ impl UpstreamConfig {
             cache: true,
             protocol: default_protocol(),
             restart_backoff_max: default_restart_max(),
+            allow: Vec::new(),
         }
     }
 }
