@@ -196,7 +196,7 @@ impl Verifier {
         Ok(Identity {
             id: format!("{}#{sub}", self.issuer),
             groups: strings(claims.get(&self.groups_claim)),
-            scopes: strings(claims.get("scope").or_else(|| claims.get("scp"))),
+            scopes: strings(claims.get("scope").filter(|v| v.is_string()).or_else(|| claims.get("scp"))),
         })
     }
 
