@@ -119,14 +119,8 @@ impl App {
         let listen = &config.listen;
         let sessions = Sessions::new(core.session_key.clone(), listen.max_legacy_sessions, listen.legacy_session_idle);
         sessions.start_sweeper(&core.cancel, &core.tracker);
-        let endpoint = Endpoint::new(
-            core.router.clone(),
-            core.hub.clone(),
-            auth,
-            listen,
-            sessions,
-            core.metrics.clone(),
-        );
+        let endpoint =
+            Endpoint::new(core.router.clone(), core.hub.clone(), auth, listen, sessions, core.metrics.clone());
         let bound = match TcpListener::bind(listen.addr).await {
             Ok(listener) => listener.local_addr().map(|addr| (listener, addr)),
             Err(e) => Err(e),

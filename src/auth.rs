@@ -343,6 +343,9 @@ mod tests {
             metadata_url("https://mcp.example.com/mcp"),
             "https://mcp.example.com/.well-known/oauth-protected-resource/mcp"
         );
-        assert_eq!(metadata_url("https://mcp.example.com/"), "https://mcp.example.com/.well-known/oauth-protected-resource");
+        assert_eq!(
+            metadata_url("https://mcp.example.com/"),
+            "https://mcp.example.com/.well-known/oauth-protected-resource"
+        );
     }
 }

@@ -93,7 +93,7 @@ pub enum JwksError {
 /// Where the keys come from.
 enum Source {
     File,
-    Url { uri: Uri, client: HttpClient },
+    Url { uri: Uri, client: Box<HttpClient> },
 }
 
 /// The cached key set.
@@ -143,7 +143,7 @@ impl Verifier {
             }
             (None, Some(url)) => {
                 let uri: Uri = url.parse().map_err(|_| JwksError::Url(url.clone()))?;
-                (Source::Url { uri, client }, Keys::default())
+                (Source::Url { uri, client: Box::new(client) }, Keys::default())
             }
             (None, None) => (Source::File, Keys::default()),
         };
@@ -273,7 +273,8 @@ async fn fetch_jwks(client: &HttpClient, uri: &Uri) -> Result<Keys, JwksError> {
             .map_err(|e| JwksError::Fetch { url: url.clone(), source: e })?;
         Ok(body.to_bytes())
     };
-    let body = tokio::time::timeout(FETCH_TIMEOUT, exchange).await.map_err(|_| JwksError::Timeout { url: url.clone() })??;
+    let body =
+        tokio::time::timeout(FETCH_TIMEOUT, exchange).await.map_err(|_| JwksError::Timeout { url: url.clone() })??;
     parse_jwks(&body)
 }
 

@@ -116,15 +116,13 @@ fn check_upstream(up: &UpstreamConfig) -> Vec<(&'static str, String)> {
 fn check_auth(auth: &AuthConfig, loopback: bool) -> Vec<(String, String)> {
     let mut errors = Vec::new();
     let mut err = |path: &str, msg: String| errors.push((path.to_owned(), msg));
-    if auth.mode.is_none() {
-        if !loopback && !auth.allow_anonymous {
-            err(
-                "auth.mode",
-                "`none` on a non-loopback [listen] addr lets anyone act with the proxy's upstream \
-                 credentials: set `api_key` or `jwt`, or `allow_anonymous = true`"
-                    .into(),
-            );
-        }
+    if auth.mode.is_none() && !loopback && !auth.allow_anonymous {
+        err(
+            "auth.mode",
+            "`none` on a non-loopback [listen] addr lets anyone act with the proxy's upstream \
+             credentials: set `api_key` or `jwt`, or `allow_anonymous = true`"
+                .into(),
+        );
     }
     if auth.mode.has(AuthMode::None) && auth.mode.list().len() > 1 {
         err("auth.mode", "`none` cannot be combined with other modes".into());
@@ -254,6 +252,45 @@ fn check_url(url: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auth_errors_are_reported_at_once() {
+        let text = r#"
+            [listen]
+            addr = "0.0.0.0:8080"
+            [auth]
+            mode = ["api_key", "jwt"]
+            [auth.jwt]
+            issuer = "https://idp.example.com"
+            audience = "https://mcp.example.com/mcp#frag"
+            algorithms = ["HS256", "ES256"]
+            [[auth.api_key]]
+            principal = "a#b"
+            sha256 = "abc"
+            [[upstream]]
+            name = "docs"
+            url = "http://127.0.0.1:9001/mcp"
+            [[upstream.allow]]
+            tools = [""]
+        "#;
+        let errors = crate::config::parse(text).unwrap_err();
+        let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+        for want in [
+            "auth.jwt.jwks_url",
+            "auth.jwt.algorithms",
+            "auth.api_key[0].principal",
+            "auth.api_key[0].sha256",
+            "auth.metadata.resource",
+            "upstream[0].allow",
+        ] {
+            assert!(paths.contains(&want), "{want} missing from {paths:?}");
+        }
+        // Anonymous on a public address is refused unless explicitly allowed.
+        let open = "[listen]\naddr = \"0.0.0.0:8080\"\n[[upstream]]\nname = \"d\"\nurl = \"http://127.0.0.1:1/mcp\"\n";
+        let errors = crate::config::parse(open).unwrap_err();
+        assert_eq!(errors.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(), ["auth.mode"]);
+        assert!(crate::config::parse(&format!("{open}[auth]\nallow_anonymous = true\n")).is_ok());
+    }
 
     #[test]
     fn names() {

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{CacheStatus, Call, Router};
-use crate::cache::{CacheKey, CachedMethod, Entry, Lookup, Owner, Partition, Stored, canonical_params_with, splice_ttl};
+use crate::cache::{
+    CacheKey, CachedMethod, Entry, Lookup, Owner, Partition, Stored, canonical_params_with, splice_ttl,
+};
 use crate::error::Error;
 use crate::jsonrpc::{RawObject, RpcError};
 

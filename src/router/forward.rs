@@ -173,7 +173,8 @@ impl Router {
     ) -> Result<(usize, Reply), Error> {
         let (candidates, value) = route.candidates();
         // Forbidden is answered like a value no upstream serves.
-        let candidates: Vec<usize> = candidates.iter().copied().filter(|&i| self.allowed(call, i, kind, value)).collect();
+        let candidates: Vec<usize> =
+            candidates.iter().copied().filter(|&i| self.allowed(call, i, kind, value)).collect();
         if candidates.is_empty() {
             return Err(DownstreamError::InvalidParams(format!("no upstream serves `{value}`")).into());
         }

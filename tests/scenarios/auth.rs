@@ -58,7 +58,8 @@ impl Jwks {
                             )
                         }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                    let _ =
+                        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
                 });
             }
         });
@@ -235,7 +236,12 @@ async fn the_token_table() {
             403,
             format!(r#"Bearer error="insufficient_scope", scope="mcp", resource_metadata="{META_URL}""#),
         ),
-        ("scp array", sign(&ec, &with(with(ok.clone(), "scope", Value::Null), "scp", json!(["mcp"]))), 200, String::new()),
+        (
+            "scp array",
+            sign(&ec, &with(with(ok.clone(), "scope", Value::Null), "scp", json!(["mcp"]))),
+            200,
+            String::new(),
+        ),
         ("not a JWT", "garbage".into(), 401, INVALID.into()),
         ("API key hit", "ci-key".into(), 200, String::new()),
         ("API key miss", "ci-key-2".into(), 401, INVALID.into()),
@@ -266,7 +272,7 @@ async fn the_token_table() {
 #[tokio::test]
 async fn unknown_kids_do_not_hammer_the_identity_provider() {
     let ec = es256("ec1");
-    let jwks = Jwks::start(&[ec.jwk.clone()]).await;
+    let jwks = Jwks::start(std::slice::from_ref(&ec.jwk)).await;
     let (p, _up) = proxy(SampleSpec::generated("gen", 3), |c| {
         auth_config(c, &jwks);
         c.auth.jwt.as_mut().unwrap().jwks_min_refresh = Duration::from_secs(3600);
@@ -284,7 +290,7 @@ async fn unknown_kids_do_not_hammer_the_identity_provider() {
 #[tokio::test]
 async fn the_protected_resource_metadata_is_served() {
     let ec = es256("ec1");
-    let jwks = Jwks::start(&[ec.jwk.clone()]).await;
+    let jwks = Jwks::start(std::slice::from_ref(&ec.jwk)).await;
     let (p, _up) = proxy(SampleSpec::generated("gen", 3), |c| auth_config(c, &jwks)).await;
     let base = format!("http://{}", p.app.local_addr());
     for path in ["/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"] {
@@ -296,7 +302,8 @@ async fn the_protected_resource_metadata_is_served() {
         assert_eq!(doc["scopes_supported"], json!(["mcp"]));
         assert_eq!(doc["bearer_methods_supported"], json!(["header"]));
     }
-    let ex = McpClient::new(&format!("{base}/.well-known/oauth-protected-resource/other")).raw("GET", &[], vec![]).await;
+    let ex =
+        McpClient::new(&format!("{base}/.well-known/oauth-protected-resource/other")).raw("GET", &[], vec![]).await;
     assert_eq!(ex.status, 404);
 }
 
@@ -316,7 +323,7 @@ async fn anonymous_read(client: &McpClient, uri: &str, name: &str) -> Exchange {
 #[tokio::test]
 async fn principals_never_see_each_others_private_results() {
     let ec = es256("ec1");
-    let jwks = Jwks::start(&[ec.jwk.clone()]).await;
+    let jwks = Jwks::start(std::slice::from_ref(&ec.jwk)).await;
     let (p, up) = proxy(SampleSpec::generated("gen", 3), |c| auth_config(c, &jwks)).await;
     let alice = p.client.as_principal(&sign(&ec, &claims("alice", "mcp")));
     let bob = p.client.as_principal(&sign(&ec, &claims("bob", "mcp")));
@@ -393,10 +400,10 @@ fn shape(ex: &Exchange, about: &str) -> String {
 #[tokio::test]
 async fn rules_filter_lists_across_pages_and_forbidden_looks_like_not_found() {
     let (p, up) = proxy(SampleSpec::generated("gen", 25), rules).await;
-    let (alice, bob, carol) = (p.client.as_principal("alice"), p.client.as_principal("bob"), p.client.as_principal("carol"));
-    let uris = |items: Vec<Value>| -> Vec<String> {
-        items.iter().map(|r| r["uri"].as_str().unwrap().to_owned()).collect()
-    };
+    let (alice, bob, carol) =
+        (p.client.as_principal("alice"), p.client.as_principal("bob"), p.client.as_principal("carol"));
+    let uris =
+        |items: Vec<Value>| -> Vec<String> { items.iter().map(|r| r["uri"].as_str().unwrap().to_owned()).collect() };
     let (all, pages_a) = alice.list_all("resources/list", "resources").await;
     assert_eq!(all.len(), 26, "25 items and the status resource");
     let (mine, pages_b) = bob.list_all("resources/list", "resources").await;
@@ -455,7 +462,10 @@ async fn a_listen_acknowledges_only_what_the_caller_may_reach() {
     })
     .await;
     let mut l = bob
-        .listen(json!("b"), json!({"resourceSubscriptions": ["gen://item/1", "gen://item/2"], "resourcesListChanged": true}))
+        .listen(
+            json!("b"),
+            json!({"resourceSubscriptions": ["gen://item/1", "gen://item/2"], "resourcesListChanged": true}),
+        )
         .await
         .expect("a stream");
     let ack = l.next().await;

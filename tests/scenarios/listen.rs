@@ -256,8 +256,13 @@ async fn limits_give_clear_errors() {
         api_keys(c, &["alice", "bob", "carol"]);
     })
     .await;
-    let err =
-        p.client.as_principal("carol").listen(json!(1), json!({"resourceSubscriptions": ["a://1", "a://2", "a://3"]})).await.err().unwrap();
+    let err = p
+        .client
+        .as_principal("carol")
+        .listen(json!(1), json!({"resourceSubscriptions": ["a://1", "a://2", "a://3"]}))
+        .await
+        .err()
+        .unwrap();
     assert_eq!((err.status.as_u16(), err.error_code()), (400, -32602));
     let alice = p.client.as_principal("alice");
     let _a = alice.listen(json!(1), json!({"resourcesListChanged": true})).await.unwrap();
