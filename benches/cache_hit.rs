@@ -7,8 +7,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use resmux::auth::Authenticator;
-use resmux::cache::{Cache, CacheKey, CachedMethod, Lookup, Partition, Stored, splice_ttl};
+use resmux::auth::Principal;
+use resmux::cache::{Cache, CacheKey, CachedMethod, Lookup, Owner, Partition, Stored, splice_ttl};
 use resmux::config::CacheConfig;
 use resmux::jsonrpc::{RequestId, encode_result};
 
@@ -67,7 +67,7 @@ fn hit_path(c: &mut Criterion) {
             let ticket = cache.epochs().ticket(0, CachedMethod::ResourcesRead, Some(&format!("docs://item/{i}")));
             cache.store(key(i), Stored::result(result.as_bytes()).unwrap(), Duration::from_secs(60), ticket, None);
         }
-        let principal = Authenticator::new().principal(Some(b"Bearer token"));
+        let principal = Owner::Principal(Principal::user("bench", &[], &[]));
         let id = RequestId::number(1);
         let mut zipf = Zipf::new(n, 1.1);
         let keys: Vec<CacheKey> = (0..n).map(key).collect();

@@ -4,6 +4,7 @@
 //! stop upstreams).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -28,6 +29,8 @@ use crate::upstream::{Upstream, http};
 pub enum StartError {
     #[error("invalid configuration:\n{}", .0.join("\n"))]
     Config(Vec<String>),
+    #[error("cannot set up authentication")]
+    Auth(#[source] crate::auth::AuthSetupError),
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("listen.tls: cannot load the certificate and key")]
@@ -39,7 +42,8 @@ pub struct App {
     addr: SocketAddr,
     /// Where the admin listener is bound, when enabled.
     admin_addr: Option<SocketAddr>,
-    core: Core,
+    // Boxed: the running parts are large, and an `App` is moved around by its owners.
+    core: Box<Core>,
 }
 
 /// What every downstream mode serves from: the upstreams behind the router, the cache and the
@@ -47,6 +51,8 @@ pub struct App {
 struct Core {
     router: Router,
     hub: Hub,
+    /// The shared HTTP client (upstreams, JWKS).
+    client: http::HttpClient,
     /// Signs legacy session ids; derived from `proxy.cursor_secret` when set.
     session_key: SessionKey,
     metrics: Metrics,
@@ -123,6 +129,7 @@ impl Core {
         Ok(Self {
             router,
             hub,
+            client,
             session_key,
             metrics,
             cancel,
@@ -157,17 +164,18 @@ impl App {
     /// Validates `config`, starts the upstreams and listens on HTTP.
     pub async fn start(config: Config) -> Result<Self, StartError> {
         let core = Core::build(&config)?;
+        let auth = match Authenticator::from_config(&config.auth, &core.client) {
+            Ok(a) => Arc::new(a),
+            Err(e) => {
+                core.shutdown().await;
+                return Err(StartError::Auth(e));
+            }
+        };
         let listen = &config.listen;
         let sessions = Sessions::new(core.session_key.clone(), listen.max_legacy_sessions, listen.legacy_session_idle);
         sessions.start_sweeper(&core.cancel, &core.tracker);
-        let endpoint = Endpoint::new(
-            core.router.clone(),
-            core.hub.clone(),
-            Authenticator::new(),
-            listen,
-            sessions,
-            core.metrics.clone(),
-        );
+        let endpoint =
+            Endpoint::new(core.router.clone(), core.hub.clone(), auth, listen, sessions, core.metrics.clone());
         let tls = match &listen.tls {
             None => None,
             Some(t) => {
@@ -223,7 +231,7 @@ impl App {
         ));
         let scheme = if listen.tls.is_some() { "https" } else { "http" };
         tracing::info!(%addr, %scheme, path = %listen.path, upstreams = config.upstreams.len(), "resmux listening");
-        Ok(Self { addr, admin_addr, core })
+        Ok(Self { addr, admin_addr, core: Box::new(core) })
     }
 
     /// Validates `config`, starts the upstreams and serves one client on `input`/`output`

@@ -17,10 +17,9 @@ use tokio::time::Instant;
 pub use entry::{Entry, Stored, splice_ttl};
 pub use epochs::{Epochs, Ticket};
 pub use flight::{FlightKey, Flights};
-pub use key::{CacheKey, CachedMethod, Partition, canonical_params, canonical_params_with};
+pub use key::{CacheKey, CachedMethod, Owner, Partition, canonical_params, canonical_params_with};
 pub use watch::Watches;
 
-use crate::auth::Principal;
 use crate::config::CacheConfig;
 
 /// What a lookup found.
@@ -90,13 +89,13 @@ impl Cache {
         &self.0.epochs
     }
 
-    /// Looks `key` up in the public partition, then in `principal`'s.
-    pub fn lookup(&self, key: &mut CacheKey, principal: &Principal) -> Lookup {
+    /// Looks `key` up in the public partition, then in `owner`'s.
+    pub fn lookup(&self, key: &mut CacheKey, owner: &Owner) -> Lookup {
         key.partition = Partition::Public;
         if let found @ (Lookup::Fresh(_) | Lookup::Stale(_)) = self.lookup_one(key) {
             return found;
         }
-        key.partition = Partition::Private(principal.clone());
+        key.partition = Partition::Private(owner.clone());
         self.lookup_one(key)
     }
 

@@ -3,6 +3,7 @@
 //! checks the cross-field rules. `app::build` turns a valid config into running parts.
 
 mod admin;
+mod auth;
 mod cache;
 mod hub;
 mod listen;
@@ -14,6 +15,9 @@ mod validate;
 use serde::Deserialize;
 
 pub use admin::AdminConfig;
+pub use auth::{
+    ASYMMETRIC_ALGORITHMS, AllowRule, ApiKeyConfig, AuthConfig, AuthMode, AuthModes, JwtConfig, MetadataConfig,
+};
 pub use cache::CacheConfig;
 pub use hub::HubConfig;
 pub use listen::{ListenConfig, ListenTls};
@@ -28,6 +32,9 @@ pub struct Config {
     /// Where and how the downstream HTTP endpoint listens.
     #[serde(default)]
     pub listen: ListenConfig,
+    /// Downstream authentication.
+    #[serde(default)]
+    pub auth: AuthConfig,
     /// Proxy-wide settings: identity, cursor key.
     #[serde(default)]
     pub proxy: ProxyConfig,

@@ -16,7 +16,7 @@ use tokio_util::task::TaskTracker;
 
 pub use listener::{Listener, Pend, Topic};
 
-use crate::auth::Principal;
+use crate::auth::{Principal, policy};
 use crate::cache::{Cache, CachedMethod};
 use crate::config::HubConfig;
 use crate::error::{DownstreamError, Error};
@@ -179,7 +179,7 @@ impl Hub {
             ))
             .into());
         }
-        let (topics, honoured) = self.honoured(filter);
+        let (topics, honoured) = self.honoured(filter, principal);
         let id = self.0.next_id.fetch_add(1, Ordering::Relaxed);
         let listener = Arc::new(Listener::new(id, principal.clone(), subscription, topics));
         let mut reg = self.0.registry.lock().expect("registry");
@@ -214,8 +214,10 @@ impl Hub {
         Ok(Subscription { hub: self.clone(), listener, honoured })
     }
 
-    /// The topics to register and the acknowledgment's filter for a requested `filter`.
-    fn honoured(&self, filter: &Filter) -> (Vec<(usize, Topic)>, Filter) {
+    /// The topics to register and the acknowledgment's filter for a requested `filter`: what
+    /// the owning upstreams honour and `principal` may reach (a forbidden URI is left out of
+    /// the acknowledgment exactly like one no upstream can watch).
+    fn honoured(&self, filter: &Filter, principal: &Principal) -> (Vec<(usize, Topic)>, Filter) {
         let mut topics = Vec::new();
         let mut ack = Filter::default();
         for uri in &filter.uris {
@@ -223,7 +225,10 @@ impl Hub {
             let (candidates, upstream_uri) = route.candidates();
             let mut any = false;
             for &i in candidates {
-                if self.0.upstreams[i].info().is_some_and(|info| info.flag("resources", "subscribe")) {
+                let up = &self.0.upstreams[i];
+                if up.info().is_some_and(|info| info.flag("resources", "subscribe"))
+                    && policy::allows(&up.config().allow, principal, policy::Kind::Uri, upstream_uri)
+                {
                     topics.push((i, Topic::Uri(upstream_uri.to_owned())));
                     any = true;
                 }
@@ -237,7 +242,9 @@ impl Hub {
                 continue;
             }
             for (i, up) in self.0.upstreams.iter().enumerate() {
-                if up.info().is_some_and(|info| info.flag(kind.capability(), "listChanged")) {
+                if up.info().is_some_and(|info| info.flag(kind.capability(), "listChanged"))
+                    && policy::reaches_upstream(&up.config().allow, principal)
+                {
                     topics.push((i, Topic::List(kind)));
                     ack.set_list(kind, true);
                 }

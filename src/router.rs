@@ -2,6 +2,7 @@
 //! upstream answers (`resources/read`, `tools/call`, …), or every upstream does (`*/list`,
 //! merged with a composite cursor).
 
+mod access;
 mod cached;
 mod call;
 pub mod cursor;
@@ -104,7 +105,7 @@ impl Router {
     /// Serves one downstream request.
     pub async fn handle(&self, call: &Call<'_>) -> Result<Answer, Error> {
         match call.method {
-            m::DISCOVER => Ok(self.discover().await),
+            m::DISCOVER => Ok(self.discover(call).await),
             m::RESOURCES_LIST => self.list(call, &merge::RESOURCES).await,
             m::RESOURCES_TEMPLATES_LIST => self.list(call, &merge::TEMPLATES).await,
             m::TOOLS_LIST => self.list(call, &merge::TOOLS).await,

@@ -34,6 +34,7 @@ enum Kind {
         /// Holds the generated config and the proxy's log; removed on stop.
         workdir: PathBuf,
     },
+
     InProcess(App),
 }
 

@@ -34,8 +34,18 @@ impl CachedMethod {
 pub enum Partition {
     /// `cacheScope: public`: anyone.
     Public,
-    /// `private` (or no scope): only this principal.
-    Private(Principal),
+    /// `private` (or no scope): only this owner.
+    Private(Owner),
+}
+
+/// Whose private results these are.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Owner {
+    /// An authenticated principal.
+    Principal(Principal),
+    /// An anonymous caller, told apart by the request's `_meta` (see
+    /// [`crate::router::Call::owner`]): a digest of its canonical form.
+    Anonymous([u8; 16]),
 }
 
 /// A cache key. Its partition is set at lookup (public first, then the caller's) and at store

@@ -50,7 +50,7 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     parse(&text).map_err(|errors| ConfigErrors { file, errors })
 }
 
-const SECTIONS: &[&str] = &["listen", "admin", "proxy", "cache", "hub", "log", "upstream"];
+const SECTIONS: &[&str] = &["listen", "admin", "auth", "proxy", "cache", "hub", "log", "upstream"];
 
 /// Parses and validates config text. Each section (and each `[[upstream]]`) is decoded on its
 /// own, so one bad section does not hide the errors of the others.
@@ -67,6 +67,7 @@ pub fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
     }
     section(&table, "listen", &spans, &mut errors, &mut config.listen);
     section(&table, "admin", &spans, &mut errors, &mut config.admin);
+    section(&table, "auth", &spans, &mut errors, &mut config.auth);
     section(&table, "proxy", &spans, &mut errors, &mut config.proxy);
     section(&table, "cache", &spans, &mut errors, &mut config.cache);
     section(&table, "hub", &spans, &mut errors, &mut config.hub);

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::AllowRule;
+
 /// One upstream server. Exactly one of `url` and `command` is set.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -78,6 +80,10 @@ pub struct UpstreamConfig {
     /// `https` only: the PEM private key (PKCS#8, PKCS#1 or SEC1) of `tls_client_cert`.
     #[serde(default)]
     pub tls_client_key: Option<PathBuf>,
+    /// Who may reach what on this upstream (`[[upstream.allow]]`, see [`AllowRule`]). Default
+    /// none: every caller that authenticated may use all of it.
+    #[serde(default)]
+    pub allow: Vec<AllowRule>,
 }
 
 /// Where an upstream lives.
@@ -128,6 +134,7 @@ impl UpstreamConfig {
             tls_ca_file: None,
             tls_client_cert: None,
             tls_client_key: None,
+            allow: Vec::new(),
         }
     }
 

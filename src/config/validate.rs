@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use super::{Config, UpstreamConfig};
+use super::{ASYMMETRIC_ALGORITHMS, AllowRule, AuthConfig, AuthMode, Config, UpstreamConfig};
 
 /// Longest upstream name: it becomes a URI scheme prefix and a tool-name prefix.
 const MAX_NAME: usize = 63;
@@ -61,6 +61,9 @@ impl Config {
         if let Err(e) = self.admin.socket_addr() {
             err("admin.addr".into(), &format!("not a socket address: {e}"));
         }
+        for (path, msg) in check_auth(&self.auth, self.listen.addr.ip().is_loopback()) {
+            err(path, &msg);
+        }
         if self.upstreams.is_empty() {
             err("upstream".into(), "at least one [[upstream]] is required");
         }
@@ -118,6 +121,11 @@ fn check_upstream(up: &UpstreamConfig) -> Vec<(&'static str, String)> {
         errors.push(("max_message_bytes", "must be at least 1024".into()));
     }
     errors.extend(check_upstream_tls(up));
+    for rule in &up.allow {
+        if let Some(m) = check_rule(rule) {
+            errors.push(("allow", m));
+        }
+    }
     for (name, secret) in &up.headers {
         if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
             errors.push(("headers", format!("`{name}` is not a valid header name")));
@@ -178,6 +186,97 @@ fn check_upstream_tls(up: &UpstreamConfig) -> Vec<(&'static str, String)> {
     errors
 }
 
+/// The `[auth]` rules, as `(key path, message)`.
+fn check_auth(auth: &AuthConfig, loopback: bool) -> Vec<(String, String)> {
+    let mut errors = Vec::new();
+    let mut err = |path: &str, msg: String| errors.push((path.to_owned(), msg));
+    if auth.mode.is_none() && !loopback && !auth.allow_anonymous {
+        err(
+            "auth.mode",
+            "`none` on a non-loopback [listen] addr lets anyone act with the proxy's upstream \
+             credentials: set `api_key` or `jwt`, or `allow_anonymous = true`"
+                .into(),
+        );
+    }
+    if auth.mode.has(AuthMode::None) && auth.mode.list().len() > 1 {
+        err("auth.mode", "`none` cannot be combined with other modes".into());
+    }
+    let mut modes = HashSet::new();
+    for m in auth.mode.list() {
+        if !modes.insert(m) {
+            err("auth.mode", format!("{m:?} is listed twice"));
+        }
+    }
+    match (&auth.jwt, auth.mode.has(AuthMode::Jwt)) {
+        (None, true) => err("auth.jwt", "`mode` includes `jwt`: [auth.jwt] is required".into()),
+        (Some(_), false) => err("auth.jwt", "set, but `mode` does not include `jwt`".into()),
+        (Some(jwt), true) => {
+            if jwt.issuer.is_empty() {
+                err("auth.jwt.issuer", "must not be empty".into());
+            }
+            if jwt.audience.is_empty() {
+                err("auth.jwt.audience", "must be the proxy's canonical resource URI".into());
+            }
+            match (&jwt.jwks_url, &jwt.jwks_file) {
+                (Some(_), Some(_)) => err("auth.jwt.jwks_url", "set either `jwks_url` or `jwks_file`, not both".into()),
+                (None, None) => err("auth.jwt.jwks_url", "set `jwks_url` or `jwks_file`".into()),
+                (Some(url), None) => {
+                    if let Err(m) = check_url(url) {
+                        err("auth.jwt.jwks_url", m);
+                    }
+                }
+                (None, Some(_)) => {}
+            }
+            if jwt.algorithms.is_empty() {
+                err("auth.jwt.algorithms", "must name at least one algorithm".into());
+            }
+            for alg in &jwt.algorithms {
+                if !ASYMMETRIC_ALGORITHMS.contains(&alg.as_str()) {
+                    err(
+                        "auth.jwt.algorithms",
+                        format!("`{alg}` is not one of {ASYMMETRIC_ALGORITHMS:?} (HMAC and `none` are never accepted)"),
+                    );
+                }
+            }
+            if jwt.groups_claim.is_empty() {
+                err("auth.jwt.groups_claim", "must not be empty".into());
+            }
+            if jwt.jwks_min_refresh.is_zero() {
+                err("auth.jwt.jwks_min_refresh", "must be positive".into());
+            }
+        }
+        (None, false) => {}
+    }
+    if auth.mode.has(AuthMode::ApiKey) && auth.api_key.is_empty() {
+        err("auth.api_key", "`mode` includes `api_key`: at least one [[auth.api_key]] is required".into());
+    }
+    if !auth.mode.has(AuthMode::ApiKey) && !auth.api_key.is_empty() {
+        err("auth.api_key", "set, but `mode` does not include `api_key`".into());
+    }
+    let mut principals = HashSet::new();
+    let mut hashes = HashSet::new();
+    for (i, key) in auth.api_key.iter().enumerate() {
+        let at = |f: &str| format!("auth.api_key[{i}].{f}");
+        if key.principal.is_empty() || key.principal.contains('#') {
+            errors.push((at("principal"), "must be non-empty and contain no `#`".into()));
+        } else if !principals.insert(key.principal.as_str()) {
+            errors.push((at("principal"), format!("duplicate principal `{}`", key.principal)));
+        }
+        if key.sha256.len() != 64 || !key.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            errors.push((at("sha256"), "must be the 64 hex digits of the key's SHA-256".into()));
+        } else if !hashes.insert(key.sha256.to_ascii_lowercase()) {
+            errors.push((at("sha256"), "the same key is configured twice".into()));
+        }
+    }
+    let resource = auth.metadata.resource.as_deref().or(auth.jwt.as_ref().map(|j| j.audience.as_str()));
+    if let Some(r) = resource
+        && let Err(m) = canonical_resource(r)
+    {
+        errors.push(("auth.metadata.resource".into(), m));
+    }
+    errors
+}
+
 /// The listener's certificate and key: each readable, and usable together.
 fn check_listen_tls(cert: &std::path::Path, key: &std::path::Path) -> Vec<(&'static str, String)> {
     let chain = |e: crate::tls::TlsError| crate::tls::error_chain(&e);
@@ -197,6 +296,27 @@ fn check_listen_tls(cert: &std::path::Path, key: &std::path::Path) -> Vec<(&'sta
             errors
         }
     }
+}
+
+/// Checks a resource URI: absolute http(s), no fragment.
+fn canonical_resource(r: &str) -> Result<(), String> {
+    let uri: http::Uri = r.parse().map_err(|e| format!("`{r}` is not a URI: {e}"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
+        return Err(format!("`{r}` must be an absolute http(s) URI"));
+    }
+    if r.contains('#') {
+        return Err(format!("`{r}` must not have a fragment"));
+    }
+    Ok(())
+}
+
+/// One `[[upstream.allow]]` rule.
+fn check_rule(rule: &AllowRule) -> Option<String> {
+    let all = [&rule.principals, &rule.groups, &rule.scopes, &rule.uris, &rule.tools, &rule.prompts];
+    if all.iter().any(|l| l.as_ref().is_some_and(|l| l.iter().any(String::is_empty))) {
+        return Some("rule lists must not contain empty strings".into());
+    }
+    None
 }
 
 /// Whether `name` can serve as a URI-scheme prefix and a tool-name prefix.
@@ -222,6 +342,45 @@ fn check_url(url: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auth_errors_are_reported_at_once() {
+        let text = r#"
+            [listen]
+            addr = "0.0.0.0:8080"
+            [auth]
+            mode = ["api_key", "jwt"]
+            [auth.jwt]
+            issuer = "https://idp.example.com"
+            audience = "https://mcp.example.com/mcp#frag"
+            algorithms = ["HS256", "ES256"]
+            [[auth.api_key]]
+            principal = "a#b"
+            sha256 = "abc"
+            [[upstream]]
+            name = "docs"
+            url = "http://127.0.0.1:9001/mcp"
+            [[upstream.allow]]
+            tools = [""]
+        "#;
+        let errors = crate::config::parse(text).unwrap_err();
+        let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+        for want in [
+            "auth.jwt.jwks_url",
+            "auth.jwt.algorithms",
+            "auth.api_key[0].principal",
+            "auth.api_key[0].sha256",
+            "auth.metadata.resource",
+            "upstream[0].allow",
+        ] {
+            assert!(paths.contains(&want), "{want} missing from {paths:?}");
+        }
+        // Anonymous on a public address is refused unless explicitly allowed.
+        let open = "[listen]\naddr = \"0.0.0.0:8080\"\n[[upstream]]\nname = \"d\"\nurl = \"http://127.0.0.1:1/mcp\"\n";
+        let errors = crate::config::parse(open).unwrap_err();
+        assert_eq!(errors.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(), ["auth.mode"]);
+        assert!(crate::config::parse(&format!("{open}[auth]\nallow_anonymous = true\n")).is_ok());
+    }
 
     #[test]
     fn names() {

@@ -34,7 +34,7 @@ struct Inner {
     hub: Hub,
     legacy: Legacy,
     sessions: Sessions,
-    auth: Authenticator,
+    auth: Arc<Authenticator>,
     path: String,
     max_body: usize,
     /// How long a request body may take to arrive.
@@ -49,7 +49,7 @@ impl Endpoint {
     pub fn new(
         router: Router,
         hub: Hub,
-        auth: Authenticator,
+        auth: Arc<Authenticator>,
         listen: &ListenConfig,
         sessions: Sessions,
         metrics: Metrics,
@@ -85,12 +85,36 @@ impl Endpoint {
         resp
     }
 
+    /// 401 or 403 with the `WWW-Authenticate` challenge (RFC 6750 §3, RFC 9728 §5.1).
+    fn refuse(&self, e: &crate::auth::AuthError) -> Resp {
+        tracing::debug!(error = %e, cause = ?std::error::Error::source(e).map(ToString::to_string), "request refused");
+        let (status, challenge) = self.0.auth.challenge(e);
+        let text = match e {
+            crate::auth::AuthError::Missing => "authentication required",
+            crate::auth::AuthError::Invalid(_) => "invalid token",
+            crate::auth::AuthError::InsufficientScope => "insufficient scope",
+        };
+        let mut resp = plain(status, text);
+        if let Ok(v) = HeaderValue::from_str(&challenge) {
+            resp.headers_mut().insert(http::header::WWW_AUTHENTICATE, v);
+        }
+        resp
+    }
+
     /// Serves one HTTP request.
     pub async fn serve<B>(&self, req: Request<B>) -> Resp
     where
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
+        if req.uri().path().starts_with(crate::auth::WELL_KNOWN)
+            && req.method() == Method::GET
+            && let Some(doc) = self.0.auth.metadata_document(req.uri().path(), &self.0.path)
+        {
+            let mut resp = respond::json(StatusCode::OK, Bytes::from(doc.to_owned()));
+            resp.headers_mut().insert(http::header::CACHE_CONTROL, HeaderValue::from_static("max-age=3600"));
+            return resp;
+        }
         if req.uri().path() != self.0.path {
             if !self.0.metrics_path.is_empty() && req.uri().path() == self.0.metrics_path && req.method() == Method::GET
             {
@@ -113,15 +137,20 @@ impl Endpoint {
         {
             return respond::error(None, DownstreamError::OriginNotAllowed.into());
         }
-        let principal = || self.0.auth.principal(req.headers().get(http::header::AUTHORIZATION).map(|v| v.as_bytes()));
+        // Every request authenticates on its own (no handshake to lean on); the header is
+        // never logged nor forwarded.
+        let principal = match self.0.auth.authenticate(req.headers()).await {
+            Ok(p) => p,
+            Err(e) => return self.refuse(&e),
+        };
         // GET and DELETE belong to legacy sessions; without a session id they are the modern
         // endpoint's 405.
         if let Some(session) = req.headers().get(mcp::H_SESSION_ID) {
             if req.method() == Method::GET {
-                return legacy::http::get(&self.0.legacy, &self.0.sessions, req.headers(), session, &principal());
+                return legacy::http::get(&self.0.legacy, &self.0.sessions, req.headers(), session, &principal);
             }
             if req.method() == Method::DELETE {
-                return legacy::http::delete(&self.0.sessions, session);
+                return legacy::http::delete(&self.0.sessions, session, &principal);
             }
         }
         if req.method() != Method::POST {
@@ -140,7 +169,6 @@ impl Endpoint {
         if declared.is_some_and(|n| n > self.0.max_body as u64) {
             return too_large();
         }
-        let principal = principal();
         let (parts, body) = req.into_parts();
         // A body that trickles in holds the connection and its buffer: it gets `body_timeout`
         // from the head, then 408 and `Connection: close` (the unread rest is never parsed as

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{CacheStatus, Call, Router};
-use crate::auth::Principal;
-use crate::cache::{CacheKey, CachedMethod, Entry, Lookup, Partition, Stored, canonical_params_with, splice_ttl};
+use crate::cache::{
+    CacheKey, CachedMethod, Entry, Lookup, Owner, Partition, Stored, canonical_params_with, splice_ttl,
+};
 use crate::error::Error;
 use crate::jsonrpc::{RawObject, RpcError};
 
@@ -63,7 +64,7 @@ impl Served {
 }
 
 /// A leader's outcome, shared with the waiters of its flight.
-pub(super) type Shared = Result<Arc<(Served, Principal)>, Error>;
+pub(super) type Shared = Result<Arc<(Served, Owner)>, Error>;
 
 /// Whether a request is an MRTR retry, whose result must never be cached (nor served from
 /// cache: it carries answers the upstream has to see).
@@ -110,7 +111,8 @@ impl Router {
         if !self.0.cache.enabled() || !upstream.config().cache || is_mrtr_retry(&call.params) {
             return Ok(Served::fresh(fetch().await?, CacheStatus::Bypass));
         }
-        let principal = call.principal;
+        let owner = call.owner();
+        let principal = &owner;
         let stale = match self.0.cache.lookup(&mut key, principal) {
             Lookup::Fresh(entry) => return Ok(Served::from_entry(&entry, CacheStatus::Hit)),
             Lookup::Stale(entry) => Some(entry),
@@ -118,7 +120,7 @@ impl Router {
         };
         key.partition = Partition::Public;
         let (mut outcome, _) = self.0.flights.run(key.clone(), || self.lead(&key, uri, principal, &fetch)).await;
-        // A private outcome belongs to the leader's principal alone: fetch our own.
+        // A private outcome belongs to the leader's owner alone: fetch our own.
         if let Ok(shared) = &outcome
             && !shared.0.public
             && shared.1 != *principal
@@ -138,7 +140,7 @@ impl Router {
     }
 
     /// The flight leader: takes the invalidation ticket, fetches, stores what is cacheable.
-    async fn lead<F, Fut>(&self, key: &CacheKey, uri: Option<&str>, principal: &Principal, fetch: &F) -> Shared
+    async fn lead<F, Fut>(&self, key: &CacheKey, uri: Option<&str>, principal: &Owner, fetch: &F) -> Shared
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<Fetched, Error>>,

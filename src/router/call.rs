@@ -4,7 +4,10 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 
+use sha2::{Digest, Sha256};
+
 use crate::auth::Principal;
+use crate::cache::Owner;
 use crate::jsonrpc::{RawObject, RpcError};
 use crate::mcp;
 use crate::upstream::Upstream;
@@ -29,6 +32,40 @@ impl<'a> Call<'a> {
     /// A call with no progress relay.
     pub fn new(method: &'a str, params: RawObject<'a>, meta: RawObject<'a>, principal: &'a Principal) -> Self {
         Call { method, params, meta, principal, progress: None }
+    }
+
+    /// Whose private results this call may see and store.
+    ///
+    /// An authenticated caller owns its own partition. For an anonymous caller (auth off),
+    /// the owner is a digest of the request's canonical `_meta` (top-level keys sorted,
+    /// values as sent) minus what the proxy rewrites before the upstream sees it
+    /// (`progressToken`, the protocol version). Why this is safe: the upstream sees only the
+    /// proxy's own credential and the request bytes, and the cache key already holds the
+    /// canonical params, so the `_meta` is the only part of the request the upstream could
+    /// personalise on; two requests whose keys and owners are equal reach it as identical
+    /// bytes, which it cannot tell apart. Callers whose `_meta` differs in anything (for
+    /// example `clientInfo`) never share a private entry.
+    pub fn owner(&self) -> Owner {
+        if let Principal::User(_) = self.principal {
+            return Owner::Principal(self.principal.clone());
+        }
+        let mut entries: Vec<(&str, &str)> = self
+            .meta
+            .iter()
+            .filter(|(k, _)| *k != "progressToken" && *k != mcp::META_PROTOCOL_VERSION)
+            .map(|(k, v)| (k, v.get()))
+            .collect();
+        entries.sort_unstable();
+        let mut h = Sha256::new();
+        for (k, v) in entries {
+            // Length-prefixed, so that no two different lists hash the same input.
+            h.update((k.len() as u64).to_le_bytes());
+            h.update(k.as_bytes());
+            h.update((v.len() as u64).to_le_bytes());
+            h.update(v.as_bytes());
+        }
+        let digest = h.finalize();
+        Owner::Anonymous(digest[..16].try_into().expect("16 of 32 bytes"))
     }
 
     /// The `params` to send `upstream`: the downstream's, with `_meta` adjusted for the

@@ -8,6 +8,7 @@ use super::hints::Hints;
 use super::namespace::Route;
 use super::rewrite;
 use super::{Answer, Call, Router};
+use crate::auth::policy::Kind;
 use crate::cache::{CachedMethod, Stored};
 use crate::error::{DownstreamError, Error, UpstreamError};
 use crate::jsonrpc::{RawObject, RpcError, code};
@@ -28,6 +29,9 @@ impl Router {
         let not_found = || Error::from(DownstreamError::ResourceNotFound { uri: uri.to_string() });
         let route = self.0.ns.route_uri(&uri).ok_or_else(not_found)?;
         let (candidates, upstream_uri) = route.candidates();
+        // A forbidden URI is not found: the same answer, before the cache is consulted.
+        let candidates: Vec<usize> =
+            candidates.iter().copied().filter(|&i| self.allowed(call, i, Kind::Uri, upstream_uri)).collect();
         for (n, &index) in candidates.iter().enumerate() {
             let key = self.cache_key(call, index, CachedMethod::ResourcesRead, "uri", Some(upstream_uri));
             let served = self
@@ -79,11 +83,20 @@ impl Router {
     pub(super) async fn call_named(&self, call: &Call<'_>) -> Result<Answer, Error> {
         let name = required_str(&call.params, "name")?;
         let kind = Named::of_call(call.method).expect("routed here for tools/call and prompts/get only");
+        let unknown = || Error::from(DownstreamError::InvalidParams(format!("unknown {} `{name}`", kind.singular())));
         let Some(route) = self.0.ns.route_name(&name) else {
-            return Err(DownstreamError::InvalidParams(format!("unknown {} `{name}`", kind.singular())).into());
+            return Err(unknown());
         };
         let (index, target) = self.owner(kind, &route).await;
         let upstream = &self.0.upstreams[index];
+        if self.restricted(index) {
+            // Forbidden and absent look alike: on an upstream with rules the proxy answers
+            // both itself, with the answer a name no upstream serves gets.
+            let what = if kind == Named::Tools { Kind::Tool } else { Kind::Prompt };
+            if !self.allowed(call, index, what, target) || upstream.offers(kind, target).await == Some(false) {
+                return Err(unknown());
+            }
+        }
         if kind == Named::Tools && upstream.is_http() {
             // The tool's `x-mcp-header` annotations must be known to mirror its arguments.
             if let Err(e) = upstream.ensure_catalog(kind).await {
@@ -131,8 +144,12 @@ impl Router {
         let Some(route) = route else {
             return Err(bad(&format!("no upstream serves `{value}`")));
         };
+        let kind = match target {
+            Target::Uri => Kind::Uri,
+            Target::Name => Kind::Prompt,
+        };
         let (index, reply) = self
-            .forward(call, route, |p, v| {
+            .forward(call, route, kind, |p, v| {
                 let mut r = reference.clone();
                 r.set_string(key, v);
                 p.set("ref", std::borrow::Cow::Owned(r.to_raw()));
@@ -151,9 +168,16 @@ impl Router {
         &self,
         call: &Call<'_>,
         route: Route<'_>,
+        kind: Kind,
         set: impl Fn(&mut RawObject<'_>, &str),
     ) -> Result<(usize, Reply), Error> {
         let (candidates, value) = route.candidates();
+        // Forbidden is answered like a value no upstream serves.
+        let candidates: Vec<usize> =
+            candidates.iter().copied().filter(|&i| self.allowed(call, i, kind, value)).collect();
+        if candidates.is_empty() {
+            return Err(DownstreamError::InvalidParams(format!("no upstream serves `{value}`")).into());
+        }
         let mut last = None;
         for (n, &index) in candidates.iter().enumerate() {
             let upstream = &self.0.upstreams[index];

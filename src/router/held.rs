@@ -2,7 +2,7 @@
 //! results, and the client's retry resumes the held upstream call (reference §7.5).
 //!
 //! The `requestState` the client echoes is an unguessable handle into a table of held calls,
-//! each bound to the principal, method and target that started it; the state itself never
+//! each bound to the caller (principal or anonymous `_meta` digest), method and target that started it; the state itself never
 //! leaves the proxy. Held calls are bounded in number and lifetime.
 
 use std::collections::HashMap;
@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::rewrite;
 use super::{Answer, Call, Router};
-use crate::auth::Principal;
+use crate::cache::Owner;
 use crate::error::{DownstreamError, Error};
 use crate::jsonrpc::{RawObject, RequestId, encode_result};
 use crate::mcp;
@@ -31,7 +31,9 @@ struct Held {
     call: HeldCall,
     question: ServerRequest,
     index: usize,
-    principal: Principal,
+    /// Who started it: the principal, or for an anonymous caller its `_meta` digest (see
+    /// [`Call::owner`]), so that another anonymous client cannot resume it either.
+    owner: Owner,
     method: String,
     target: String,
     expires: Instant,
@@ -77,7 +79,7 @@ impl Router {
             let mut map = self.0.held.map.lock().expect("held lock");
             map.remove(state).ok_or_else(|| bad("unknown or expired requestState"))?
         };
-        if held.principal != *call.principal || held.method != call.method || held.target != target {
+        if held.owner != call.owner() || held.method != call.method || held.target != target {
             // Not the caller's: put it back untouched.
             self.0.held.map.lock().expect("held lock").insert(state.to_owned(), held);
             return Err(bad("requestState does not belong to this request"));
@@ -141,7 +143,7 @@ impl Router {
                 call: held,
                 question,
                 index,
-                principal: call.principal.clone(),
+                owner: call.owner(),
                 method: call.method.to_owned(),
                 target: target.to_owned(),
                 expires: now + self.0.proxy.held_call_ttl,

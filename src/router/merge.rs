@@ -121,6 +121,7 @@ impl Router {
                     status: s,
                     age: a,
                 }) => {
+                    let page_items = self.filter_page(call, kind, *index, page_items)?;
                     if !page_items.is_empty() {
                         if !items.is_empty() {
                             items.push(b',');
@@ -239,20 +240,23 @@ impl Router {
                 .upstreams
                 .iter()
                 .enumerate()
-                .filter(|(_, u)| u.info().is_none_or(|i| i.has(kind.capability)))
+                .filter(|(i, u)| u.info().is_none_or(|info| info.has(kind.capability)) && self.reaches(call, *i))
                 .map(|(i, _)| (i, None))
                 .collect());
         };
         let bad = |why: String| Error::from(DownstreamError::InvalidParams(format!("invalid cursor: {why}")));
         let token = raw_str(raw).ok_or_else(|| bad("not a string".into()))?;
         let positions = self.0.cursors.decode(kind.method, &token).map_err(|e| bad(e.to_string()))?;
-        positions
+        let positions: Vec<(usize, Option<String>)> = positions
             .into_iter()
             .map(|(name, cursor)| {
                 let index = self.0.upstreams.iter().position(|u| u.name() == name);
                 index.map(|i| (i, cursor)).ok_or_else(|| bad(format!("unknown upstream `{name}`")))
             })
-            .collect()
+            .collect::<Result<_, _>>()?;
+        // A cursor naming an upstream the caller cannot reach (someone else's cursor) yields
+        // nothing from it.
+        Ok(positions.into_iter().filter(|(i, _)| self.reaches(call, *i)).collect())
     }
 
     fn page_result(&self, kind: &ListKind, items: &[u8], next: &Positions, hints: Hints) -> Bytes {

@@ -165,7 +165,11 @@ async fn legacy_subscriptions_are_refcounted_and_feed_listeners_through_the_get_
 #[tokio::test]
 async fn a_legacy_servers_question_is_relayed_as_input_required() {
     let up = sample_http(SampleSpec { legacy: true, ..SampleSpec::generated("docs", 2) }).await;
-    let p = Proxy::start(config(vec![UpstreamConfig::http("docs", &up.url())])).await;
+    let mut cfg = config(vec![UpstreamConfig::http("docs", &up.url())]);
+    // Held calls are bound to the principal: tell alice and mallory apart by their keys.
+    api_keys(&mut cfg, &["alice", "mallory", "scenario"]);
+    let p = Proxy::start(cfg).await;
+    let p = Proxy { client: p.client.as_principal("scenario"), ..p };
     established(&p).await;
     let alice = p.client.as_principal("alice");
     let mut meta = meta();

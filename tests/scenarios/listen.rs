@@ -14,9 +14,14 @@ async fn proxy_with(tweak: impl FnOnce(&mut Config)) -> (Proxy, SampleHttp) {
     let mut cfg = config(vec![UpstreamConfig::http("docs", &up.url())]);
     cfg.hub.linger = Duration::from_millis(50);
     tweak(&mut cfg);
+    // With API keys on (see `api_keys`), the first key's holder probes.
+    let probe = cfg.auth.api_key.first().map(|k| k.principal.clone());
     let p = Proxy::start(cfg).await;
     // Listens are honoured for what the upstream declared: wait until it is discovered.
-    let client = p.client.clone();
+    let client = match &probe {
+        Some(name) => p.client.as_principal(name),
+        None => p.client.clone(),
+    };
     eventually("upstream discovered", || {
         let client = client.clone();
         async move {
@@ -247,10 +252,17 @@ async fn limits_give_clear_errors() {
     let (p, _up) = proxy_with(|c| {
         c.hub.max_uris_per_listen = 2;
         c.hub.max_listens_per_principal = 2;
+        // Principals are told apart only when they authenticate.
+        api_keys(c, &["alice", "bob", "carol"]);
     })
     .await;
-    let err =
-        p.client.listen(json!(1), json!({"resourceSubscriptions": ["a://1", "a://2", "a://3"]})).await.err().unwrap();
+    let err = p
+        .client
+        .as_principal("carol")
+        .listen(json!(1), json!({"resourceSubscriptions": ["a://1", "a://2", "a://3"]}))
+        .await
+        .err()
+        .unwrap();
     assert_eq!((err.status.as_u16(), err.error_code()), (400, -32602));
     let alice = p.client.as_principal("alice");
     let _a = alice.listen(json!(1), json!({"resourcesListChanged": true})).await.unwrap();
@@ -260,7 +272,7 @@ async fn limits_give_clear_errors() {
     assert!(err.json()["error"]["message"].as_str().unwrap().contains("per principal"));
     // Another principal is not affected.
     assert!(p.client.as_principal("bob").listen(json!(1), json!({"resourcesListChanged": true})).await.is_ok());
-    let err = p.client.listen(json!(1), json!("not an object")).await.err().unwrap();
+    let err = p.client.as_principal("carol").listen(json!(1), json!("not an object")).await.err().unwrap();
     assert_eq!(err.error_code(), -32602);
 }
 

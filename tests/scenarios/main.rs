@@ -3,6 +3,7 @@
 
 mod support;
 
+mod auth;
 mod cache;
 mod hostile;
 mod interop;

@@ -333,3 +333,24 @@ pub async fn upstream_listens(up: &SampleHttp, want: Vec<Vec<&str>>) {
 pub async fn upstream_subscribed(up: &SampleHttp, uris: &[&str]) {
     upstream_listens(up, vec![uris.to_vec()]).await;
 }
+
+/// Hex SHA-256 of `key`, as `[[auth.api_key]] sha256` wants it.
+pub fn sha256_hex(key: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Turns on API-key authentication with one key per name, the key being the name itself (so
+/// `client.as_principal(name)` authenticates as `name`).
+pub fn api_keys(c: &mut Config, names: &[&str]) {
+    c.auth.mode = resmux::config::AuthModes::One(resmux::config::AuthMode::ApiKey);
+    c.auth.api_key = names
+        .iter()
+        .map(|n| resmux::config::ApiKeyConfig {
+            principal: n.to_string(),
+            sha256: sha256_hex(n),
+            groups: Vec::new(),
+            scopes: Vec::new(),
+        })
+        .collect();
+}

@@ -2,7 +2,8 @@
 //! `Mcp-Session-Id`; later POSTs carry it; GET opens the session's standalone SSE stream;
 //! DELETE ends the session.
 //!
-//! Statuses: an id that does not verify, or that names a session this process ended, is 404
+//! Statuses: an id that does not verify (forged, or another principal's: ids are bound to
+//! their creator), or that names a session this process ended, is 404
 //! on POST, GET and DELETE alike: the legacy transport's "session expired, initialize again",
 //! which a legacy client understands whatever the method. (A GET or DELETE without any session
 //! id is the modern endpoint's 405.) Errors answering a request travel in a 200 response, as
@@ -36,7 +37,7 @@ pub async fn initialize(legacy: &Legacy, sessions: &Sessions, msg: &Incoming<'_>
         Ok(answer) => answer,
         Err(e) => return error_answer(Some(id), &e, "initialize"),
     };
-    let (token, _) = match sessions.create(version) {
+    let (token, _) = match sessions.create(version, principal) {
         Ok(created) => created,
         Err(e) => return respond::error(Some(id), e),
     };
@@ -54,7 +55,7 @@ pub async fn post(
     msg: &Incoming<'_>,
     principal: &Principal,
 ) -> Resp {
-    let session = match resolve(sessions, session_id).and_then(|s| check_version(headers).map(|()| s)) {
+    let session = match resolve(sessions, session_id, principal).and_then(|s| check_version(headers).map(|()| s)) {
         Ok(s) => s,
         Err(e) => return respond::error(msg.id.as_ref(), e),
     };
@@ -85,7 +86,7 @@ pub fn get(
                 .any(|t| matches!(t.split(';').next().map(str::trim), Some("text/event-stream" | "text/*" | "*/*")))
         })
     });
-    let opened = resolve(sessions, session_id).and_then(|session| {
+    let opened = resolve(sessions, session_id, principal).and_then(|session| {
         check_version(headers)?;
         if !accepts_sse {
             return Err(DownstreamError::NotAcceptable("the stream is text/event-stream".into()).into());
@@ -109,17 +110,25 @@ pub fn get(
     sse_response(rx)
 }
 
-/// DELETE: ends the session.
-pub fn delete(sessions: &Sessions, session_id: &HeaderValue) -> Resp {
-    match session_id.to_str().map_err(|_| Error::from(DownstreamError::SessionNotFound)).and_then(|t| sessions.end(t)) {
+/// DELETE: ends the session (its owner only; anyone else gets 404).
+pub fn delete(sessions: &Sessions, session_id: &HeaderValue, principal: &Principal) -> Resp {
+    match session_id
+        .to_str()
+        .map_err(|_| Error::from(DownstreamError::SessionNotFound))
+        .and_then(|t| sessions.end(t, principal))
+    {
         Ok(()) => empty(StatusCode::OK),
         Err(e) => respond::error(None, e),
     }
 }
 
-fn resolve(sessions: &Sessions, session_id: &HeaderValue) -> Result<std::sync::Arc<super::Session>, Error> {
+fn resolve(
+    sessions: &Sessions,
+    session_id: &HeaderValue,
+    principal: &Principal,
+) -> Result<std::sync::Arc<super::Session>, Error> {
     let token = session_id.to_str().map_err(|_| DownstreamError::SessionNotFound)?;
-    sessions.resolve(token)
+    sessions.resolve(token, principal)
 }
 
 /// `MCP-Protocol-Version` on a legacy request: absent means 2025-03-26; present, it must be a

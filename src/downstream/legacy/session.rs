@@ -30,6 +30,8 @@ use crate::upstream::listen::{Filter, ListKind};
 pub struct Session {
     /// The protocol version negotiated at `initialize`.
     pub version: &'static str,
+    /// Who created it: the only principal that may use it.
+    pub owner: Principal,
     state: Mutex<State>,
     /// The hub listener the stream writer should drain, replaced as the URI set changes.
     current: watch::Sender<Option<Arc<Listener>>>,
@@ -64,10 +66,11 @@ impl Drop for StreamGuard {
 }
 
 impl Session {
-    /// A session negotiated for `version`, active as of `now`.
-    pub fn new(version: &'static str, now: Instant) -> Arc<Self> {
+    /// A session of `owner` negotiated for `version`, active as of `now`.
+    pub fn new(version: &'static str, owner: Principal, now: Instant) -> Arc<Self> {
         Arc::new(Self {
             version,
+            owner,
             state: Mutex::new(State { uris: BTreeSet::new(), streaming: false, sub: None, last_seen: now }),
             current: watch::channel(None).0,
             ended: CancellationToken::new(),

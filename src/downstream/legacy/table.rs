@@ -17,6 +17,7 @@ use tokio_util::task::TaskTracker;
 
 use super::session::Session;
 use super::token::{Nonce, SessionKey};
+use crate::auth::Principal;
 use crate::error::{DownstreamError, Error};
 
 /// Cheap handle over the table.
@@ -81,47 +82,53 @@ impl Sessions {
         });
     }
 
-    /// Starts a session for `version`; returns its id. At the bound (after evicting idle
-    /// sessions) the answer is 429.
-    pub fn create(&self, version: &str) -> Result<(String, Arc<Session>), Error> {
-        self.create_at(version, Instant::now())
+    /// Starts a session of `owner` for `version`; returns its id. At the bound (after
+    /// evicting idle sessions) the answer is 429.
+    pub fn create(&self, version: &str, owner: &Principal) -> Result<(String, Arc<Session>), Error> {
+        self.create_at(version, owner, Instant::now())
     }
 
-    fn create_at(&self, version: &str, now: Instant) -> Result<(String, Arc<Session>), Error> {
-        let (token, verified) = self.0.key.mint(version);
+    fn create_at(&self, version: &str, owner: &Principal, now: Instant) -> Result<(String, Arc<Session>), Error> {
+        let (token, verified) = self.0.key.mint(version, owner.id());
         let mut table = self.0.table.lock().expect("sessions");
         self.make_room(&mut table, now)?;
-        let session = Session::new(verified.version, now);
+        let session = Session::new(verified.version, owner.clone(), now);
         table.live.insert(verified.nonce, session.clone());
         Ok((token, session))
     }
 
-    /// The session a request names, marked active. A forged or ended id is 404.
-    pub fn resolve(&self, token: &str) -> Result<Arc<Session>, Error> {
-        self.resolve_at(token, Instant::now())
+    /// The session a request of `principal` names, marked active. A forged or ended id, or
+    /// another principal's session, is 404.
+    pub fn resolve(&self, token: &str, principal: &Principal) -> Result<Arc<Session>, Error> {
+        self.resolve_at(token, principal, Instant::now())
     }
 
-    fn resolve_at(&self, token: &str, now: Instant) -> Result<Arc<Session>, Error> {
-        let verified = self.0.key.verify(token).ok_or(DownstreamError::SessionNotFound)?;
+    fn resolve_at(&self, token: &str, principal: &Principal, now: Instant) -> Result<Arc<Session>, Error> {
+        let verified = self.0.key.verify(token, principal.id()).ok_or(DownstreamError::SessionNotFound)?;
         let mut table = self.0.table.lock().expect("sessions");
         if table.ended.set.contains(&verified.nonce) {
             return Err(DownstreamError::SessionNotFound.into());
         }
         if let Some(session) = table.live.get(&verified.nonce) {
+            if session.owner != *principal {
+                return Err(DownstreamError::SessionNotFound.into());
+            }
             session.touch(now);
             return Ok(session.clone());
         }
         self.make_room(&mut table, now)?;
-        let session = Session::new(verified.version, now);
+        let session = Session::new(verified.version, principal.clone(), now);
         table.live.insert(verified.nonce, session.clone());
         Ok(session)
     }
 
-    /// Ends the session a request names (DELETE).
-    pub fn end(&self, token: &str) -> Result<(), Error> {
-        let verified = self.0.key.verify(token).ok_or(DownstreamError::SessionNotFound)?;
+    /// Ends the session a request of `principal` names (DELETE); another principal's is 404.
+    pub fn end(&self, token: &str, principal: &Principal) -> Result<(), Error> {
+        let verified = self.0.key.verify(token, principal.id()).ok_or(DownstreamError::SessionNotFound)?;
         let mut table = self.0.table.lock().expect("sessions");
-        if table.ended.set.contains(&verified.nonce) {
+        if table.ended.set.contains(&verified.nonce)
+            || table.live.get(&verified.nonce).is_some_and(|s| s.owner != *principal)
+        {
             return Err(DownstreamError::SessionNotFound.into());
         }
         if let Some(session) = table.live.remove(&verified.nonce) {
@@ -185,22 +192,39 @@ mod tests {
 
     const IDLE: Duration = Duration::from_secs(60);
 
+    fn anon() -> Principal {
+        Principal::Anonymous
+    }
+
+    #[test]
+    fn a_session_belongs_to_its_creator() {
+        let sessions = Sessions::new(SessionKey::random(), 10, IDLE);
+        let alice = Principal::user("alice", &[], &[]);
+        let (token, _) = sessions.create("2025-11-25", &alice).unwrap();
+        assert!(sessions.resolve(&token, &alice).is_ok());
+        for other in [Principal::user("bob", &[], &[]), Principal::Anonymous] {
+            assert_eq!(sessions.resolve(&token, &other).err().unwrap().to_jsonrpc().0, 404);
+            assert_eq!(sessions.end(&token, &other).err().unwrap().to_jsonrpc().0, 404);
+        }
+        assert!(sessions.end(&token, &alice).is_ok());
+    }
+
     #[test]
     fn sessions_are_bounded_and_idle_ones_make_room() {
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
         let sessions = Sessions::new(SessionKey::random(), 2, IDLE);
-        let (a, _) = sessions.create_at("2025-11-25", at(0)).unwrap();
-        let (b, _) = sessions.create_at("2025-06-18", at(30)).unwrap();
-        let full = sessions.create_at("2025-11-25", at(30)).err().unwrap();
+        let (a, _) = sessions.create_at("2025-11-25", &anon(), at(0)).unwrap();
+        let (b, _) = sessions.create_at("2025-06-18", &anon(), at(30)).unwrap();
+        let full = sessions.create_at("2025-11-25", &anon(), at(30)).err().unwrap();
         assert_eq!(full.to_jsonrpc().0, 429);
         // At 61 s `a` has been idle past the limit; `b` has not.
-        let (c, _) = sessions.create_at("2025-11-25", at(61)).unwrap();
+        let (c, _) = sessions.create_at("2025-11-25", &anon(), at(61)).unwrap();
         assert_eq!(sessions.len(), 2);
         // The evicted session's id is now refused, so its client initializes again.
-        assert_eq!(sessions.resolve_at(&a, at(61)).err().unwrap().to_jsonrpc().0, 404);
-        assert_eq!(sessions.resolve_at(&b, at(61)).unwrap().version, "2025-06-18");
-        assert!(sessions.resolve_at(&c, at(61)).is_ok());
+        assert_eq!(sessions.resolve_at(&a, &anon(), at(61)).err().unwrap().to_jsonrpc().0, 404);
+        assert_eq!(sessions.resolve_at(&b, &anon(), at(61)).unwrap().version, "2025-06-18");
+        assert!(sessions.resolve_at(&c, &anon(), at(61)).is_ok());
     }
 
     #[test]
@@ -208,28 +232,28 @@ mod tests {
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
         let sessions = Sessions::new(SessionKey::random(), 10, IDLE);
-        let (busy, _) = sessions.create_at("2025-11-25", at(0)).unwrap();
-        let (quiet, _) = sessions.create_at("2025-11-25", at(0)).unwrap();
+        let (busy, _) = sessions.create_at("2025-11-25", &anon(), at(0)).unwrap();
+        let (quiet, _) = sessions.create_at("2025-11-25", &anon(), at(0)).unwrap();
         for s in [40, 80, 120] {
-            sessions.resolve_at(&busy, at(s)).unwrap();
+            sessions.resolve_at(&busy, &anon(), at(s)).unwrap();
         }
         assert_eq!(sessions.sweep_at(at(120)), 1);
-        assert!(sessions.resolve_at(&busy, at(120)).is_ok());
-        assert!(sessions.resolve_at(&quiet, at(120)).is_err());
+        assert!(sessions.resolve_at(&busy, &anon(), at(120)).is_ok());
+        assert!(sessions.resolve_at(&quiet, &anon(), at(120)).is_err());
     }
 
     #[test]
     fn deleted_and_forged_ids_are_404_and_foreign_valid_ids_are_adopted() {
         let key = SessionKey::derive(b"shared");
         let here = Sessions::new(key.clone(), 10, IDLE);
-        let (token, _) = here.create("2025-11-25").unwrap();
-        here.end(&token).unwrap();
-        assert!(here.resolve(&token).is_err());
-        assert!(here.end(&token).is_err());
-        assert!(here.resolve("forged").is_err());
+        let (token, _) = here.create("2025-11-25", &anon()).unwrap();
+        here.end(&token, &anon()).unwrap();
+        assert!(here.resolve(&token, &anon()).is_err());
+        assert!(here.end(&token, &anon()).is_err());
+        assert!(here.resolve("forged", &anon()).is_err());
         // A replica sharing the secret accepts an id it never minted.
-        let (other, _) = Sessions::new(key, 10, IDLE).create("2025-06-18").unwrap();
-        assert_eq!(here.resolve(&other).unwrap().version, "2025-06-18");
+        let (other, _) = Sessions::new(key, 10, IDLE).create("2025-06-18", &anon()).unwrap();
+        assert_eq!(here.resolve(&other, &anon()).unwrap().version, "2025-06-18");
     }
 
     #[test]

@@ -52,21 +52,23 @@ impl SessionKey {
         Self { key: rand::random() }
     }
 
-    /// A new session id for `version` (one of [`mcp::SUPPORTED_LEGACY`]).
-    pub fn mint(&self, version: &str) -> (String, Verified) {
+    /// A new session id for `version` (one of [`mcp::SUPPORTED_LEGACY`]), bound to the
+    /// principal `owner` (its id; empty for anonymous): the MAC covers it, so the id verifies
+    /// for that principal only, on any replica.
+    pub fn mint(&self, version: &str, owner: &str) -> (String, Verified) {
         let index = mcp::SUPPORTED_LEGACY.iter().position(|v| *v == version).expect("a supported legacy version");
         let nonce: Nonce = rand::random();
         let mut bytes = Vec::with_capacity(BODY_LEN + MAC_LEN);
         bytes.push(FORMAT);
         bytes.push(index as u8);
         bytes.extend_from_slice(&nonce);
-        let mac = self.mac(&bytes);
+        let mac = self.mac(&bytes, owner);
         bytes.extend_from_slice(&mac);
         (URL_SAFE_NO_PAD.encode(&bytes), Verified { nonce, version: mcp::SUPPORTED_LEGACY[index] })
     }
 
-    /// Checks a session id; `None` for anything this key did not sign.
-    pub fn verify(&self, token: &str) -> Option<Verified> {
+    /// Checks a session id; `None` for anything this key did not sign for `owner`.
+    pub fn verify(&self, token: &str, owner: &str) -> Option<Verified> {
         if token.len() != TOKEN_LEN {
             return None;
         }
@@ -74,6 +76,8 @@ impl SessionKey {
         let (body, mac) = bytes.split_at_checked(BODY_LEN)?;
         let mut check = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
         check.update(body);
+        check.update(&(owner.len() as u64).to_le_bytes());
+        check.update(owner.as_bytes());
         // Constant-time comparison of the truncated MAC.
         check.verify_truncated_left(mac).ok()?;
         if body[0] != FORMAT {
@@ -83,9 +87,11 @@ impl SessionKey {
         Some(Verified { nonce: body[2..].try_into().ok()?, version })
     }
 
-    fn mac(&self, body: &[u8]) -> [u8; MAC_LEN] {
+    fn mac(&self, body: &[u8], owner: &str) -> [u8; MAC_LEN] {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
         mac.update(body);
+        mac.update(&(owner.len() as u64).to_le_bytes());
+        mac.update(owner.as_bytes());
         let full = mac.finalize().into_bytes();
         full[..MAC_LEN].try_into().expect("MAC_LEN <= 32")
     }
@@ -98,39 +104,44 @@ mod tests {
     #[test]
     fn a_minted_id_verifies_with_the_same_key_only() {
         let key = SessionKey::derive(b"shared secret");
-        let (token, minted) = key.mint("2025-06-18");
+        let (token, minted) = key.mint("2025-06-18", "");
         assert_eq!(token.len(), TOKEN_LEN);
         assert!(token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'), "{token}");
-        assert_eq!(key.verify(&token), Some(minted));
+        assert_eq!(key.verify(&token, ""), Some(minted));
         assert_eq!(minted.version, "2025-06-18");
         // Another replica with the same secret accepts it; another secret does not.
-        assert_eq!(SessionKey::derive(b"shared secret").verify(&token), Some(minted));
-        assert_eq!(SessionKey::derive(b"other").verify(&token), None);
-        assert_eq!(SessionKey::random().verify(&token), None);
+        assert_eq!(SessionKey::derive(b"shared secret").verify(&token, ""), Some(minted));
+        assert_eq!(SessionKey::derive(b"other").verify(&token, ""), None);
+        assert_eq!(SessionKey::random().verify(&token, ""), None);
+        // Bound to its owner: another principal's id does not verify.
+        let (mine, _) = key.mint("2025-06-18", "alice");
+        assert!(key.verify(&mine, "alice").is_some());
+        assert_eq!(key.verify(&mine, "bob"), None);
+        assert_eq!(key.verify(&mine, ""), None);
     }
 
     #[test]
     fn tampered_or_malformed_ids_are_refused() {
         let key = SessionKey::random();
-        let (token, _) = key.mint("2025-11-25");
+        let (token, _) = key.mint("2025-11-25", "");
         for i in 0..token.len() {
             let mut bytes = token.clone().into_bytes();
             bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
             let forged = String::from_utf8(bytes).unwrap();
             if forged != token {
-                assert_eq!(key.verify(&forged), None, "flipped byte {i}");
+                assert_eq!(key.verify(&forged, ""), None, "flipped byte {i}");
             }
         }
         for bad in ["", "x", "not a token at all", &token[1..], &format!("{token}A")] {
-            assert_eq!(key.verify(bad), None, "{bad}");
+            assert_eq!(key.verify(bad, ""), None, "{bad}");
         }
     }
 
     #[test]
     fn ids_are_unique() {
         let key = SessionKey::random();
-        let a = key.mint("2025-11-25").0;
-        let b = key.mint("2025-11-25").0;
+        let a = key.mint("2025-11-25", "").0;
+        let b = key.mint("2025-11-25", "").0;
         assert_ne!(a, b);
     }
 }

@@ -188,7 +188,8 @@ impl Conn {
             .params
             .and_then(|p| RawObject::parse(p).ok())
             .and_then(|p| p.get_str("protocolVersion").map(|v| v.into_owned()));
-        let session = Session::new(negotiate(requested.as_deref()), tokio::time::Instant::now());
+        let session =
+            Session::new(negotiate(requested.as_deref()), self.principal.clone(), tokio::time::Instant::now());
         let guard = session.open_stream(&self.hub, &self.principal)?;
         let opts = StreamOptions {
             framing: Framing::Lines,
