@@ -21,7 +21,7 @@ pub use auth::{
 pub use cache::CacheConfig;
 pub use hub::HubConfig;
 pub use listen::{ListenConfig, ListenTls};
-pub use load::{ConfigError, ConfigErrors, load, parse};
+pub use load::{ConfigError, ConfigErrors, load, load_without_secrets, parse};
 pub use proxy::{LogConfig, LogFormat, ProxyConfig};
 pub use upstream::{CacheScopeDefault, OnError, SecretSource, Transport, UpstreamConfig};
 

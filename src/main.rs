@@ -30,16 +30,29 @@ enum Command {
         #[arg(short, long)]
         config: PathBuf,
     },
-    /// Check a configuration file and report every error at once.
+    /// Check a configuration file and report every error at once. Secrets that do not
+    /// resolve here (an unset environment variable, a missing file) are reported as warnings,
+    /// since CI has none; `serve` still refuses to start without them.
     Check {
         #[arg(short, long)]
         config: PathBuf,
+        /// Treat unresolvable secrets as errors too (check on the machine that will serve).
+        #[arg(long)]
+        require_secrets: bool,
+    },
+    /// Probe an admin endpoint (container HEALTHCHECK): exit 0 on a 2xx answer within 3 s.
+    Health {
+        #[arg(long, default_value = "http://127.0.0.1:9090/healthz")]
+        url: String,
     },
     /// Run the proxy in front of two built-in sample upstreams (HTTP and stdio).
     Demo {
         /// Where the proxy listens.
         #[arg(long, default_value = "127.0.0.1:8080")]
         addr: SocketAddr,
+        /// Where the admin listener (dashboard, metrics, health) listens.
+        #[arg(long, default_value = "127.0.0.1:9090")]
+        admin_addr: SocketAddr,
     },
     /// Run a built-in sample MCP server on stdio (or HTTP with --http).
     #[command(hide = true)]
@@ -84,14 +97,40 @@ async fn main() -> Result<()> {
             resmux::telemetry::init(&config.log);
             App::stdio(config, tokio::io::stdin(), tokio::io::stdout()).await?;
         }
-        Command::Check { config } => match config::load(&config) {
-            Ok(c) => println!("{}: ok ({} upstreams)", config.display(), c.upstreams.len()),
-            Err(e) => {
-                eprint!("{e}");
-                std::process::exit(1);
+        Command::Check { config, require_secrets } => {
+            let loaded = if require_secrets {
+                config::load(&config).map(|c| (c, Vec::new()))
+            } else {
+                config::load_without_secrets(&config)
+            };
+            match loaded {
+                Ok((c, warnings)) => {
+                    for w in &warnings {
+                        eprintln!(
+                            "{}: warning: {}: {} (serve will refuse to start without it)",
+                            config.display(),
+                            w.path,
+                            w.message
+                        );
+                    }
+                    println!("{}: ok ({} upstreams)", config.display(), c.upstreams.len());
+                }
+                Err(e) => {
+                    eprint!("{e}");
+                    std::process::exit(1);
+                }
             }
-        },
-        Command::Demo { addr } => demo(addr).await?,
+        }
+        Command::Health { url } => {
+            let ok = tokio::time::timeout(std::time::Duration::from_secs(3), probe(&url)).await;
+            match ok {
+                Ok(Ok(status)) if status.is_success() => println!("{url}: {status}"),
+                Ok(Ok(status)) => anyhow::bail!("{url}: {status}"),
+                Ok(Err(e)) => anyhow::bail!("{url}: {e}"),
+                Err(_) => anyhow::bail!("{url}: no answer within 3 s"),
+            }
+        }
+        Command::Demo { addr, admin_addr } => demo(addr, admin_addr).await?,
         Command::SampleUpstream { profile, http, crashable, count, tick_ms } => {
             resmux::telemetry::init(&Default::default());
             let mut spec = match profile {
@@ -116,23 +155,35 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
-async fn demo(addr: SocketAddr) -> Result<()> {
+/// One GET through the proxy's own HTTP client.
+async fn probe(url: &str) -> Result<http::StatusCode> {
+    use http_body_util::BodyExt;
+    let client = resmux::upstream::http::client();
+    let req = http::Request::get(url).body(http_body_util::Full::new(bytes::Bytes::new()))?;
+    let resp = client.request(req).await?;
+    let status = resp.status();
+    let _ = resp.into_body().collect().await;
+    Ok(status)
+}
+
+async fn demo(addr: SocketAddr, admin_addr: SocketAddr) -> Result<()> {
     let mut config = Config::default();
     resmux::telemetry::init(&config.log);
     let docs = SampleHttp::start(Sample::new(SampleSpec::docs()), "127.0.0.1:0".parse()?).await?;
     let exe = std::env::current_exe().context("locating the resmux binary")?;
     let notes = vec![exe.display().to_string(), "sample-upstream".into(), "--profile".into(), "notes".into()];
     config.listen.addr = addr;
+    config.admin.addr = admin_addr.to_string();
     config.upstreams = vec![UpstreamConfig::http("docs", &docs.url()), UpstreamConfig::stdio("notes", notes)];
     let app = App::start(config).await?;
-    print_demo(app.local_addr());
+    print_demo(app.local_addr(), app.admin_addr());
     shutdown_signal().await;
     app.shutdown().await;
     docs.stop();
     Ok(())
 }
 
-fn print_demo(addr: SocketAddr) {
+fn print_demo(addr: SocketAddr, admin: Option<SocketAddr>) {
     let url = format!("http://{addr}/mcp");
     let call = |method: &str, name: Option<&str>, params: &str| {
         let name_header = name.map(|n| format!(" -H 'Mcp-Name: {n}'")).unwrap_or_default();
@@ -157,6 +208,19 @@ fn print_demo(addr: SocketAddr) {
     println!(
         "# Call a tool of the stdio upstream\n{}\n",
         call("tools/call", Some("notes__echo"), "\"name\":\"notes__echo\",\"arguments\":{\"text\":\"hello\"},")
+    );
+    if let Some(admin) = admin {
+        println!(
+            "# The admin page (live figures), metrics and health\nhttp://{admin}/   http://{admin}/metrics   http://{admin}/readyz\n"
+        );
+    }
+    println!(
+        "# A desktop MCP client pointed at the demo: mcp.json (VS Code, Cursor and others)\n{}\n",
+        serde_json::json!({"mcpServers": {"resmux-demo": {"type": "http", "url": url}}})
+    );
+    println!(
+        "# claude_desktop_config.json (stdio clients reach HTTP servers through mcp-remote)\n{}\n",
+        serde_json::json!({"mcpServers": {"resmux-demo": {"command": "npx", "args": ["-y", "mcp-remote", url]}}})
     );
     println!("Press Ctrl-C to stop.");
 }

@@ -11,9 +11,11 @@ fn every_shipped_config_file_is_valid() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
             let out = Command::new(env!("CARGO_BIN_EXE_resmux"))
-                .args(["check", "-c"])
+                .args(["check", "--require-secrets", "-c"])
                 .arg(&path)
                 .env("DOCS_TOKEN", "Bearer example")
+                .env("TICKETS_TOKEN", "Bearer example")
+                .env("RESMUX_CURSOR_SECRET", "an example secret of enough length")
                 .output()
                 .unwrap();
             assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
@@ -21,6 +23,27 @@ fn every_shipped_config_file_is_valid() {
         }
     }
     assert!(seen >= 2);
+}
+
+#[test]
+fn check_warns_about_missing_secrets_and_require_secrets_refuses_them() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/resmux.toml");
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_resmux"))
+            .arg("check")
+            .args(extra)
+            .args(["-c", path])
+            .env_remove("DOCS_TOKEN")
+            .output()
+            .unwrap()
+    };
+    let lenient = run(&[]);
+    let stderr = String::from_utf8_lossy(&lenient.stderr);
+    assert!(lenient.status.success(), "a CI job without secrets can check structure: {stderr}");
+    assert!(stderr.contains("warning") && stderr.contains("DOCS_TOKEN"), "{stderr}");
+    let strict = run(&["--require-secrets"]);
+    assert!(!strict.status.success());
+    assert!(String::from_utf8_lossy(&strict.stderr).contains("DOCS_TOKEN"));
 }
 
 #[test]

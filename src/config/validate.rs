@@ -11,6 +11,27 @@ const MAX_NAME: usize = 63;
 const MIN_HEADER_BYTES: usize = 8192;
 
 impl Config {
+    /// The secrets that do not resolve now (an unset environment variable, an unreadable
+    /// file), as `(key path, message)` in the form [`Config::validate`] reports them. A CI job
+    /// that checks configs has no secrets: `resmux check` reports these apart, as warnings,
+    /// while `serve` refuses to start with any.
+    pub fn secret_problems(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        if let Some(secret) = &self.proxy.cursor_secret
+            && let Err(m) = secret.resolve()
+        {
+            out.push(("proxy.cursor_secret".to_owned(), m));
+        }
+        for (i, up) in self.upstreams.iter().enumerate() {
+            for (name, secret) in &up.headers {
+                if let Err(m) = secret.resolve() {
+                    out.push((format!("upstream[{i}].headers"), format!("`{name}`: {m}")));
+                }
+            }
+        }
+        out
+    }
+
     /// Every rule violation, as `(key path, message)`. Empty means valid.
     pub fn validate(&self) -> Vec<(String, String)> {
         let mut errors = Vec::new();

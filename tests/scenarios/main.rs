@@ -3,6 +3,7 @@
 
 mod support;
 
+mod admin_page;
 mod auth;
 mod cache;
 mod hostile;
