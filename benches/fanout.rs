@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use resmux::auth::Principal;
-use resmux::hub::{Listener, Pend, Topic};
+use resmux::hub::{Listener, Notice, Topic};
 use resmux::jsonrpc::RequestId;
 
 fn fanout(c: &mut Criterion) {
@@ -20,7 +20,7 @@ fn fanout(c: &mut Criterion) {
                 Arc::new(Listener::new(i as u64, Principal::Anonymous, RequestId::number(i as u64), topics))
             })
             .collect();
-        let change = Pend::Uri("docs+docs://status".into());
+        let change = Notice::Uri("docs+docs://status".into());
         group.throughput(Throughput::Elements(n as u64));
         group.bench_function(BenchmarkId::new("push", n), |b| {
             b.iter(|| {

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use listener::{Listener, Pend, Topic};
+pub use listener::{Listener, Notice, Topic};
 
 use crate::auth::{Principal, policy};
 use crate::cache::{Cache, CachedMethod};
@@ -200,16 +200,16 @@ impl Hub {
             .into());
         }
         *mine += 1;
-        let mut touched = HashSet::new();
+        let mut added = Vec::new();
         for (up, topic) in &listener.topics {
             let set = reg.topics.entry((*up, topic.clone())).or_default();
             if set.is_empty() {
-                touched.insert(*up);
+                added.push((*up, topic));
             }
             set.insert(id);
         }
         reg.listeners.insert(id, listener.clone());
-        self.publish(&reg, touched);
+        self.recompute_interest(&added, true);
         drop(reg);
         Ok(Subscription { hub: self.clone(), listener, honoured })
     }
@@ -262,52 +262,60 @@ impl Hub {
                 reg.per_principal.remove(&listener.principal);
             }
         }
-        let mut touched = HashSet::new();
+        let mut removed = Vec::new();
         for (up, topic) in &listener.topics {
             let key = (*up, topic.clone());
             if let Some(set) = reg.topics.get_mut(&key) {
                 set.remove(&id);
                 if set.is_empty() {
                     reg.topics.remove(&key);
-                    touched.insert(*up);
+                    removed.push((*up, topic));
                 }
             }
         }
-        self.publish(&reg, touched);
+        self.recompute_interest(&removed, false);
     }
 
-    /// Recomputes the desired filter of each touched upstream from the registry: the union of
-    /// its listeners' topics, each counted once however many listeners share it.
-    fn publish(&self, reg: &Registry, touched: HashSet<usize>) {
-        for up in touched {
-            let mut filter = Filter::default();
-            for (u, topic) in reg.topics.keys() {
-                if *u != up {
-                    continue;
-                }
-                match topic {
-                    Topic::Uri(uri) => {
-                        filter.uris.insert(uri.clone());
-                    }
-                    Topic::List(kind) => filter.set_list(*kind, true),
-                }
+    /// Applies the topics that gained their first listener (`joined`) or lost their last one
+    /// to the upstreams' desired filters: a join or a leave costs O(its own topics), whatever
+    /// else is registered. Each topic is counted once however many listeners share it (the
+    /// registry's sets are the refcounts). The caller holds the registry lock, so the desired
+    /// filters change in the same order as the registry.
+    fn recompute_interest(&self, topics: &[(usize, &Topic)], joined: bool) {
+        let mut by_upstream: Vec<(usize, Vec<&Topic>)> = Vec::new();
+        for (up, topic) in topics {
+            match by_upstream.iter_mut().find(|(u, _)| u == up) {
+                Some((_, list)) => list.push(topic),
+                None => by_upstream.push((*up, vec![topic])),
             }
-            self.0.desired[up].send_if_modified(|cur| {
-                let changed = *cur != filter;
-                *cur = filter;
+        }
+        for (up, topics) in by_upstream {
+            self.0.desired[up].send_if_modified(|filter| {
+                let mut changed = false;
+                for topic in &topics {
+                    changed |= match topic {
+                        Topic::Uri(uri) if joined => filter.uris.insert(uri.clone()),
+                        Topic::Uri(uri) => filter.uris.remove(uri),
+                        Topic::List(kind) => {
+                            let was = filter.list(*kind);
+                            filter.set_list(*kind, joined);
+                            was != joined
+                        }
+                    };
+                }
                 changed
             });
         }
     }
 
     /// A change announced by upstream `index`: invalidate the cache, wake its listeners.
-    fn dispatch(&self, index: usize, change: &Change) {
+    fn publish(&self, index: usize, change: &Change) {
         let epochs = self.0.cache.epochs();
         let up = index as u32;
         let (topic, pend) = match change {
             Change::Updated(uri) => {
                 epochs.uri_changed(up, uri);
-                (Topic::Uri(uri.clone()), Pend::Uri(self.0.ns.uri_out(index, uri).into()))
+                (Topic::Uri(uri.clone()), Notice::Uri(self.0.ns.uri_out(index, uri).into()))
             }
             Change::ListChanged(kind) => {
                 match kind {
@@ -324,7 +332,7 @@ impl Hub {
                         self.0.upstreams[index].catalog().forget(Named::Prompts);
                     }
                 }
-                (Topic::List(*kind), Pend::List(*kind))
+                (Topic::List(*kind), Notice::List(*kind))
             }
         };
         let reg = self.0.registry.lock().expect("registry");
@@ -350,13 +358,13 @@ impl Hub {
         self.stream_lost(index);
         let reg = self.0.registry.lock().expect("registry");
         for listener in reg.listeners.values() {
-            let changes: Vec<Pend> = listener
+            let changes: Vec<Notice> = listener
                 .topics
                 .iter()
                 .filter(|(u, _)| *u == index)
                 .map(|(_, t)| match t {
-                    Topic::Uri(uri) => Pend::Uri(self.0.ns.uri_out(index, uri).into()),
-                    Topic::List(kind) => Pend::List(*kind),
+                    Topic::Uri(uri) => Notice::Uri(self.0.ns.uri_out(index, uri).into()),
+                    Topic::List(kind) => Notice::List(*kind),
                 })
                 .collect();
             if !changes.is_empty() {

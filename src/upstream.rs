@@ -245,7 +245,7 @@ impl Upstream {
     }
 
     /// The protocol era, as part of cache keys (0: 2026-07-28, then the legacy versions).
-    pub fn era(&self) -> u8 {
+    pub fn cache_era(&self) -> u8 {
         match &*self.0.era.borrow() {
             Era::Legacy(s) => legacy::era_number(&s.version),
             _ => 0,

@@ -18,7 +18,7 @@ use super::body::{Body, ChannelBody};
 use super::framing::Framing;
 use crate::auth::Principal;
 use crate::error::{DownstreamError, Error};
-use crate::hub::{Hub, Pend, Subscription};
+use crate::hub::{Hub, Notice, Subscription};
 use crate::jsonrpc::{RawObject, RequestId, write_json_string};
 use crate::mcp::{self, method as m};
 use crate::upstream::listen::Filter;
@@ -152,13 +152,13 @@ fn ack(sid: &str, honoured: &Filter) -> Vec<u8> {
     })
 }
 
-fn notification(sid: &str, change: &Pend) -> Vec<u8> {
+fn notification(sid: &str, change: &Notice) -> Vec<u8> {
     match change {
-        Pend::Uri(uri) => notify(m::RESOURCES_UPDATED, sid, |out| {
+        Notice::Uri(uri) => notify(m::RESOURCES_UPDATED, sid, |out| {
             out.extend_from_slice(b",\"uri\":");
             write_json_string(out, uri);
         }),
-        Pend::List(kind) => notify(kind.method(), sid, |_| {}),
+        Notice::List(kind) => notify(kind.method(), sid, |_| {}),
     }
 }
 
@@ -180,10 +180,10 @@ mod tests {
 
     #[test]
     fn messages_carry_the_subscription_id_with_its_type() {
-        let v: Value = serde_json::from_slice(&notification("\"s-1\"", &Pend::Uri("docs+a://x".into()))).unwrap();
+        let v: Value = serde_json::from_slice(&notification("\"s-1\"", &Notice::Uri("docs+a://x".into()))).unwrap();
         assert_eq!(v["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "s-1");
         assert_eq!(v["params"]["uri"], "docs+a://x");
-        let v: Value = serde_json::from_slice(&notification("42", &Pend::List(ListKind::Tools))).unwrap();
+        let v: Value = serde_json::from_slice(&notification("42", &Notice::List(ListKind::Tools))).unwrap();
         assert_eq!(v["method"], "notifications/tools/list_changed");
         assert_eq!(v["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 42);
         let v: Value = serde_json::from_slice(&final_result("42")).unwrap();

@@ -158,7 +158,7 @@ async fn run_legacy(hub: &Hub, index: usize, session: &Session, state: &mut Feed
             _ = watched.changed() => dirty = true,
             _ = timer => retry_at = None,
             msg = unsolicited.recv() => match msg {
-                Ok(Unsolicited::Change(change)) => hub.dispatch(index, &change),
+                Ok(Unsolicited::Change(change)) => hub.publish(index, &change),
                 Ok(Unsolicited::Gap) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
                     hub.stream_lost(index);
                     hub.resync(index);
@@ -304,7 +304,7 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
                         }
                     };
                     if !repeat {
-                        hub.dispatch(index, &change);
+                        hub.publish(index, &change);
                     }
                     current = Some((stream, have));
                 }
@@ -344,7 +344,7 @@ async fn switch(
             opened = &mut opening => return opened.map(|s| (s, seen)),
             event = old.next(), if old_alive => match event {
                 ListenEvent::Change(change) => {
-                    hub.dispatch(index, &change);
+                    hub.publish(index, &change);
                     seen.insert(change);
                 }
                 ListenEvent::Ack(_) => {}

@@ -35,26 +35,26 @@ impl Pending {
         self.order.len() + self.lists.iter().filter(|b| **b).count()
     }
 
-    fn push(&mut self, change: &Pend) {
+    fn push(&mut self, change: &Notice) {
         match change {
-            Pend::Uri(uri) => {
+            Notice::Uri(uri) => {
                 if self.seen.insert(uri.clone()) {
                     self.order.push(uri.clone());
                 }
             }
-            Pend::List(kind) => self.lists[list_index(*kind)] = true,
+            Notice::List(kind) => self.lists[list_index(*kind)] = true,
         }
     }
 
     /// The pending changes, lists first, emptying the queue.
-    pub fn take(&mut self) -> Vec<Pend> {
-        let mut out: Vec<Pend> = ListKind::ALL
+    pub fn take(&mut self) -> Vec<Notice> {
+        let mut out: Vec<Notice> = ListKind::ALL
             .into_iter()
             .filter(|k| std::mem::take(&mut self.lists[list_index(*k)]))
-            .map(Pend::List)
+            .map(Notice::List)
             .collect();
         self.seen.clear();
-        out.extend(self.order.drain(..).map(Pend::Uri));
+        out.extend(self.order.drain(..).map(Notice::Uri));
         out
     }
 }
@@ -69,7 +69,7 @@ fn list_index(kind: ListKind) -> usize {
 
 /// A change as delivered downstream.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Pend {
+pub enum Notice {
     /// `notifications/resources/updated` for this downstream URI.
     Uri(Arc<str>),
     /// `notifications/{kind}/list_changed`.
@@ -95,13 +95,13 @@ impl Listener {
     }
 
     /// Queues a change and wakes the writer. Never blocks on the connection.
-    pub fn push(&self, change: &Pend) {
+    pub fn push(&self, change: &Notice) {
         self.pending.lock().expect("pending lock").push(change);
         self.wake.notify_one();
     }
 
     /// Queues several changes with one wake-up.
-    pub fn push_all(&self, changes: &[Pend]) {
+    pub fn push_all(&self, changes: &[Notice]) {
         let mut pending = self.pending.lock().expect("pending lock");
         for c in changes {
             pending.push(c);
@@ -111,7 +111,7 @@ impl Listener {
     }
 
     /// Takes everything pending.
-    pub fn take(&self) -> Vec<Pend> {
+    pub fn take(&self) -> Vec<Notice> {
         self.pending.lock().expect("pending lock").take()
     }
 
@@ -136,12 +136,12 @@ mod tests {
         let a: Arc<str> = "a".into();
         let b: Arc<str> = "b".into();
         for _ in 0..1000 {
-            p.push(&Pend::Uri(b.clone()));
-            p.push(&Pend::Uri(a.clone()));
-            p.push(&Pend::List(ListKind::Tools));
+            p.push(&Notice::Uri(b.clone()));
+            p.push(&Notice::Uri(a.clone()));
+            p.push(&Notice::List(ListKind::Tools));
         }
         assert_eq!(p.len(), 3);
-        assert_eq!(p.take(), vec![Pend::List(ListKind::Tools), Pend::Uri(b), Pend::Uri(a)]);
+        assert_eq!(p.take(), vec![Notice::List(ListKind::Tools), Notice::Uri(b), Notice::Uri(a)]);
         assert_eq!(p.len(), 0);
     }
 }

@@ -88,7 +88,7 @@ impl Router {
         CacheKey {
             upstream: index as u32,
             method,
-            era: self.0.upstreams[index].era(),
+            era: self.0.upstreams[index].cache_era(),
             params: canonical_params_with(&call.params, key, value),
             partition: Partition::Public,
         }

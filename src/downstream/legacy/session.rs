@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::Principal;
 use crate::error::{DownstreamError, Error};
-use crate::hub::{Hub, Listener, Pend, Subscription};
+use crate::hub::{Hub, Listener, Notice, Subscription};
 use crate::jsonrpc::RequestId;
 use crate::upstream::listen::{Filter, ListKind};
 
@@ -172,13 +172,13 @@ impl Session {
             false => None,
         };
         if let (Some(old), Some(new)) = (&state.sub, &new) {
-            let carried: Vec<Pend> = old
+            let carried: Vec<Notice> = old
                 .listener
                 .take()
                 .into_iter()
                 .filter(|p| match p {
-                    Pend::Uri(uri) => uris.contains(&**uri),
-                    Pend::List(_) => true,
+                    Notice::Uri(uri) => uris.contains(&**uri),
+                    Notice::List(_) => true,
                 })
                 .collect();
             if !carried.is_empty() {

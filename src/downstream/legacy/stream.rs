@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::session::{Session, StreamGuard};
 use crate::downstream::framing::Framing;
-use crate::hub::{Listener, Pend};
+use crate::hub::{Listener, Notice};
 use crate::jsonrpc::write_json_string;
 use crate::mcp::method as m;
 
@@ -83,17 +83,17 @@ async fn woken(listener: Option<&Listener>) {
 }
 
 /// A change as a legacy notification.
-pub fn notification(change: &Pend) -> Vec<u8> {
+pub fn notification(change: &Notice) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
     match change {
-        Pend::Uri(uri) => {
+        Notice::Uri(uri) => {
             write_json_string(&mut out, m::RESOURCES_UPDATED);
             out.extend_from_slice(b",\"params\":{\"uri\":");
             write_json_string(&mut out, uri);
             out.push(b'}');
         }
-        Pend::List(kind) => write_json_string(&mut out, kind.method()),
+        Notice::List(kind) => write_json_string(&mut out, kind.method()),
     }
     out.push(b'}');
     out
@@ -107,12 +107,12 @@ mod tests {
 
     #[test]
     fn legacy_notifications_carry_no_subscription_id() {
-        let v: Value = serde_json::from_slice(&notification(&Pend::Uri("docs+docs://status".into()))).unwrap();
+        let v: Value = serde_json::from_slice(&notification(&Notice::Uri("docs+docs://status".into()))).unwrap();
         assert_eq!(
             v,
             json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "docs+docs://status"}})
         );
-        let v: Value = serde_json::from_slice(&notification(&Pend::List(ListKind::Prompts))).unwrap();
+        let v: Value = serde_json::from_slice(&notification(&Notice::List(ListKind::Prompts))).unwrap();
         assert_eq!(v, json!({"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"}));
     }
 }
