@@ -3,6 +3,7 @@
 
 mod support;
 
+mod abuse;
 mod auth;
 mod cache;
 mod hostile;
