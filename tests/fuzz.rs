@@ -99,11 +99,21 @@ const TARGETS: [(&str, fn(&[u8])); 4] =
 
 /// Arbitrary JSON values, nested up to a few levels, with awkward strings.
 fn json_value() -> impl Strategy<Value = Value> {
+    json_tree(true)
+}
+
+/// As [`json_value`]; without floats when `floats` is false. serde_json (without its
+/// `float_roundtrip` feature) may parse a float's last digit differently from how it printed it,
+/// so a float can change by one ulp when the proxy rewrites a tool result as a value (see
+/// `content_results_get_every_resource_uri_prefixed`).
+fn json_tree(floats: bool) -> impl Strategy<Value = Value> {
+    let float = any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from);
+    let float = if floats { float.boxed() } else { any::<i32>().prop_map(Value::from).boxed() };
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::from),
         any::<i64>().prop_map(Value::from),
-        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+        float,
         "\\PC{0,12}".prop_map(Value::from),
         prop_oneof![Just("\\"), Just("\""), Just("[{"), Just("\u{0}"), Just("=?base64?")].prop_map(Value::from),
     ];
@@ -152,6 +162,10 @@ fn id() -> impl Strategy<Value = RequestId> {
 }
 
 proptest! {
+    // Cases from `PROPTEST_CASES` (default 256); failures are reported, not persisted (an
+    // input worth keeping goes into the corpus).
+    #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
     // ---- the envelope codec ----
 
     #[test]
@@ -247,7 +261,7 @@ proptest! {
     }
 
     #[test]
-    fn content_results_get_every_resource_uri_prefixed(uris in prop::collection::vec("\\PC{0,30}", 0..6), noise in json_value()) {
+    fn content_results_get_every_resource_uri_prefixed(uris in prop::collection::vec("\\PC{0,30}", 0..6), noise in json_tree(false)) {
         let mut content: Vec<Value> = uris
             .iter()
             .enumerate()

@@ -10,10 +10,15 @@ use crate::support::*;
 use resmux::config::{Config, UpstreamConfig};
 use resmux::sample::SampleSpec;
 
+/// The body as text.
+fn body(ex: &Exchange) -> String {
+    String::from_utf8_lossy(&ex.body).into_owned()
+}
+
 /// A counter from the data listener's `/metrics` (the config must set `metrics_path`).
 async fn metric(p: &Proxy, series: &str) -> u64 {
     let ex = McpClient::new(&format!("http://{}/metrics", p.app.local_addr())).raw("GET", &[], Vec::new()).await;
-    let text = ex.text();
+    let text = body(&ex);
     let line = text.lines().find(|l| l.starts_with(series)).unwrap_or_else(|| panic!("no {series} in {text}"));
     line.rsplit(' ').next().unwrap().parse().unwrap()
 }
@@ -32,7 +37,7 @@ async fn a_principal_over_its_rate_gets_429_with_retry_after_and_others_do_not()
         assert_eq!(alice.request("server/discover", json!({})).await.status, 200);
     }
     let over = alice.request("server/discover", json!({})).await;
-    assert_eq!(over.status, 429, "{}", over.text());
+    assert_eq!(over.status, 429, "{}", body(&over));
     let retry: u64 = over.header("retry-after").expect("Retry-After").parse().unwrap();
     assert!((1..=2).contains(&retry), "Retry-After {retry}");
     assert_eq!(over.error_code(), -32600);
@@ -63,13 +68,13 @@ async fn legacy_sessions_per_principal_are_capped_at_initialize() {
     let mut ids = Vec::new();
     for _ in 0..2 {
         let ex = alice.raw("POST", &[], legacy_initialize()).await;
-        assert_eq!(ex.status, 200, "{}", ex.text());
+        assert_eq!(ex.status, 200, "{}", body(&ex));
         ids.push(ex.header("mcp-session-id").unwrap().to_owned());
     }
     let over = alice.raw("POST", &[], legacy_initialize()).await;
-    assert_eq!(over.status, 429, "{}", over.text());
+    assert_eq!(over.status, 429, "{}", body(&over));
     assert_eq!(over.error_code(), -32600);
-    assert!(over.text().contains("legacy sessions"), "{}", over.text());
+    assert!(body(&over).contains("legacy sessions"), "{}", body(&over));
     assert_eq!(p.client.as_principal("bob").raw("POST", &[], legacy_initialize()).await.status, 200);
     // Ending one frees its place.
     let del = alice.raw("DELETE", &[("mcp-session-id", ids[0].clone())], Vec::new()).await;
@@ -108,9 +113,9 @@ async fn confirm(client: &McpClient, extra: Value) -> Exchange {
     }
     params["_meta"] = meta();
     params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({"elicitation": {}});
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+    let request = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
     let headers: Vec<(&str, String)> = CONFIRM_HEADERS.iter().map(|(k, v)| (*k, v.to_string())).collect();
-    client.raw("POST", &headers, body.to_string().into_bytes()).await
+    client.raw("POST", &headers, request.to_string().into_bytes()).await
 }
 
 #[tokio::test]
@@ -120,9 +125,9 @@ async fn held_calls_per_principal_are_capped() {
     let first = confirm(&alice, json!({})).await.result();
     assert_eq!(first["resultType"], "input_required");
     let over = confirm(&alice, json!({})).await;
-    assert_eq!(over.status, 429, "{}", over.text());
+    assert_eq!(over.status, 429, "{}", body(&over));
     assert_eq!(over.error_code(), -32600);
-    assert!(over.text().contains("awaiting its input"), "{}", over.text());
+    assert!(body(&over).contains("awaiting its input"), "{}", body(&over));
     // Another principal is unaffected.
     assert_eq!(confirm(&p.client.as_principal("bob"), json!({})).await.result()["resultType"], "input_required");
     // Answering the held call frees the place.
@@ -146,7 +151,7 @@ async fn a_held_call_gives_back_its_upstream_slot_while_it_waits() {
     // With one slot, a held call that kept it would make these time out (504).
     for _ in 0..3 {
         let other = p.client.request("tools/call", json!({"name": "confirm", "arguments": {}})).await;
-        assert_eq!(other.status, 200, "{}", other.text());
+        assert_eq!(other.status, 200, "{}", body(&other));
         assert!(other.result()["content"][0]["text"].as_str().unwrap().starts_with("declined: "));
     }
     assert_eq!(p.app.router().upstreams()[0].in_flight().0, 0, "the held call holds no slot");
@@ -185,17 +190,17 @@ async fn deeply_nested_bodies_get_a_parse_error_not_a_stack_overflow() {
     let headers = [("mcp-protocol-version", "2026-07-28".to_owned()), ("mcp-method", "tools/call".to_owned())];
     // 100,000 levels: well under max_body_bytes, far past any recursion limit.
     let ex = p.client.raw("POST", &headers, "[".repeat(100_000).into_bytes()).await;
-    assert_eq!(ex.status, 400, "{}", ex.text());
+    assert_eq!(ex.status, 400, "{}", body(&ex));
     assert_eq!(ex.error_code(), -32700);
-    assert!(ex.text().contains("deeper than 64"), "{}", ex.text());
+    assert!(body(&ex).contains("deeper than 64"), "{}", body(&ex));
     // A well-formed request whose arguments nest past the cap.
     let deep = format!("{}1{}", "[".repeat(70), "]".repeat(70));
-    let body = format!(
+    let request = format!(
         r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"x","arguments":{{"a":{deep}}},"_meta":{}}}}}"#,
         meta()
     );
-    let ex = p.client.raw("POST", &headers, body.into_bytes()).await;
-    assert_eq!((ex.status.as_u16(), ex.error_code()), (400, -32700), "{}", ex.text());
+    let ex = p.client.raw("POST", &headers, request.into_bytes()).await;
+    assert_eq!((ex.status.as_u16(), ex.error_code()), (400, -32700), "{}", body(&ex));
     // The proxy still serves.
     assert_eq!(p.client.request("server/discover", json!({})).await.status, 200);
 }
@@ -208,5 +213,5 @@ async fn the_depth_cap_is_configurable() {
     let p = Proxy::start(cfg).await;
     // {params:{_meta:{clientInfo:{…}}}} is four levels deep.
     let ex = p.client.request("server/discover", json!({})).await;
-    assert_eq!((ex.status.as_u16(), ex.error_code()), (400, -32700), "{}", ex.text());
+    assert_eq!((ex.status.as_u16(), ex.error_code()), (400, -32700), "{}", body(&ex));
 }
