@@ -92,7 +92,10 @@ fn rewrites(data: &[u8]) {
     }
 }
 
-const TARGETS: [(&str, fn(&[u8])); 4] =
+/// A fuzz target: takes any bytes, must not panic.
+type Target = fn(&[u8]);
+
+const TARGETS: [(&str, Target); 4] =
     [("envelope", envelope), ("header_value", header), ("cursor", cursor), ("rewrite", rewrites)];
 
 // ---- generators -------------------------------------------------------------------------
