@@ -76,9 +76,10 @@ pub struct ListenConfig {
     /// callers by principal, anonymous callers by peer IP address, IPv6 per /64); 0 = no rate
     /// limit. Checked after authentication, on every request to the MCP endpoint (a listen or
     /// legacy GET stream counts once, when it opens). Over it: `429` with `Retry-After`.
-    /// Default 200: far above what an interactive client or agent sends, low enough that one
-    /// caller cannot monopolise the proxy. Behind a reverse proxy with auth off, every caller
-    /// shares the proxy's address: raise it, or set 0.
+    /// Default 1,000 (with the default burst, 2,000 at once): far above what an interactive
+    /// client or agent sends, and enough for a stampede of 1,000 concurrent reads from one
+    /// sidecar address, while one caller still cannot monopolise the proxy. Behind a reverse
+    /// proxy with auth off, every caller shares the proxy's address: raise it, or set 0.
     pub requests_per_second: u32,
     /// Requests one principal may send in a burst above `requests_per_second` (the bucket
     /// size); 0 = twice `requests_per_second`. Default 0.
@@ -122,7 +123,7 @@ impl Default for ListenConfig {
             max_legacy_sessions: 10_000,
             legacy_session_idle: Duration::from_secs(30 * 60),
             max_legacy_sessions_per_principal: 64,
-            requests_per_second: 200,
+            requests_per_second: 1000,
             request_burst: 0,
             max_json_depth: crate::jsonrpc::DEFAULT_MAX_DEPTH,
             tls: None,
