@@ -120,6 +120,7 @@ impl Core {
         }
         let cache = Cache::new(config.cache.clone(), upstreams.len());
         let router = Router::new(upstreams.clone(), config.proxy.clone(), cursors, cache.clone(), metrics.clone());
+        router.start_reaper(&cancel, &tracker);
         let downstream = CancellationToken::new();
         let ns = router.namespace().clone();
         let hub = Hub::start(config.hub.clone(), upstreams, ns, cache, &cancel, downstream.clone(), &tracker);
@@ -172,10 +173,16 @@ impl App {
             }
         };
         let listen = &config.listen;
-        let sessions = Sessions::new(core.session_key.clone(), listen.max_legacy_sessions, listen.legacy_session_idle);
+        let sessions = Sessions::with_per_principal(
+            core.session_key.clone(),
+            listen.max_legacy_sessions,
+            listen.max_legacy_sessions_per_principal,
+            listen.legacy_session_idle,
+        );
         sessions.start_sweeper(&core.cancel, &core.tracker);
         let endpoint =
             Endpoint::new(core.router.clone(), core.hub.clone(), auth, listen, sessions, core.metrics.clone());
+        endpoint.start_pruner(&core.cancel, &core.tracker);
         let tls = match &listen.tls {
             None => None,
             Some(t) => {
@@ -244,7 +251,15 @@ impl App {
         let core = Core::build(&config)?;
         tracing::info!(upstreams = config.upstreams.len(), "resmux serving stdio");
         let (router, hub) = (core.router.clone(), core.hub.clone());
-        downstream::stdio::serve(router, hub, config.listen.max_body_bytes, input, output).await;
+        downstream::stdio::serve(
+            router,
+            hub,
+            config.listen.max_body_bytes,
+            config.listen.max_json_depth,
+            input,
+            output,
+        )
+        .await;
         core.shutdown().await;
         Ok(())
     }

@@ -10,6 +10,7 @@ mod listen;
 mod listener;
 pub(crate) mod origin;
 mod progress;
+pub mod rate;
 mod respond;
 pub mod stdio;
 pub mod validate;

@@ -50,6 +50,8 @@ pub fn config_text(listen: SocketAddr, upstreams: &[(String, String)], s: &Scena
     listen_t.insert("max_connections".into(), (connections as i64).into());
     // Every load connection comes from the generator's one address.
     listen_t.insert("max_connections_per_ip".into(), 0.into());
+    // One load generator is one anonymous caller: measure the proxy, not its rate limit.
+    listen_t.insert("requests_per_second".into(), 0.into());
     root.insert("listen".into(), listen_t.into());
     let mut log = toml::Table::new();
     // Per-request logging would cost the proxy CPU it shares with the load generator.

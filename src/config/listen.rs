@@ -67,6 +67,28 @@ pub struct ListenConfig {
     /// Default 30 min.
     #[serde(with = "humantime_serde")]
     pub legacy_session_idle: Duration,
+    /// Most legacy sessions one authenticated principal may hold at once; 0 = no per-principal
+    /// bound (only `max_legacy_sessions`). A legacy `initialize` over it gets 429 once the
+    /// principal's idle sessions have been evicted. Anonymous callers are bounded by
+    /// `max_legacy_sessions` alone (with auth off there is no identity to count by). Default 64.
+    pub max_legacy_sessions_per_principal: usize,
+    /// Sustained downstream HTTP requests per second allowed to one principal (authenticated
+    /// callers by principal, anonymous callers by peer IP address, IPv6 per /64); 0 = no rate
+    /// limit. Checked after authentication, on every request to the MCP endpoint (a listen or
+    /// legacy GET stream counts once, when it opens). Over it: `429` with `Retry-After`.
+    /// Default 1,000 (with the default burst, 2,000 at once): far above what an interactive
+    /// client or agent sends, and enough for a stampede of 1,000 concurrent reads from one
+    /// sidecar address, while one caller still cannot monopolise the proxy. Behind a reverse
+    /// proxy with auth off, every caller shares the proxy's address: raise it, or set 0.
+    pub requests_per_second: u32,
+    /// Requests one principal may send in a burst above `requests_per_second` (the bucket
+    /// size); 0 = twice `requests_per_second`. Default 0.
+    pub request_burst: u32,
+    /// Deepest JSON nesting (arrays and objects) accepted in a request body, on HTTP and on
+    /// stdio; a deeper body gets `400`, `-32700` before it is parsed. At most 128 (the JSON
+    /// parser's own recursion limit). Default 64: MCP messages nest a handful of levels, tool
+    /// arguments a few more.
+    pub max_json_depth: usize,
     /// Serve HTTPS instead of clear-text HTTP, with this certificate and key. ALPN offers
     /// `http/1.1`, and `h2` too when `http2` is set. Default: none (clear text).
     pub tls: Option<ListenTls>,
@@ -100,6 +122,10 @@ impl Default for ListenConfig {
             http2: false,
             max_legacy_sessions: 10_000,
             legacy_session_idle: Duration::from_secs(30 * 60),
+            max_legacy_sessions_per_principal: 64,
+            requests_per_second: 1000,
+            request_burst: 0,
+            max_json_depth: crate::jsonrpc::DEFAULT_MAX_DEPTH,
             tls: None,
         }
     }

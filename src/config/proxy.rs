@@ -27,6 +27,11 @@ pub struct ProxyConfig {
     /// Most upstream calls held open at once while downstream clients answer a legacy
     /// server's questions (MRTR relay); beyond it, questions are declined. Default 1,024.
     pub max_held_calls: usize,
+    /// Most held calls one authenticated principal may have at once; 0 = no per-principal bound
+    /// (only `max_held_calls`). A question that would be held past it is declined: the call is
+    /// answered `429`, `-32600`. Anonymous callers are bounded by `max_held_calls` alone.
+    /// Default 16.
+    pub max_held_calls_per_principal: usize,
     /// How long a held call waits for the client's retry before it is abandoned. Default 10 min.
     #[serde(with = "humantime_serde")]
     pub held_call_ttl: Duration,
@@ -40,6 +45,7 @@ impl Default for ProxyConfig {
             cursor_secret: None,
             discover_ttl: Duration::from_secs(60),
             max_held_calls: 1024,
+            max_held_calls_per_principal: 16,
             held_call_ttl: Duration::from_secs(600),
         }
     }

@@ -60,6 +60,9 @@ impl Config {
         if self.listen.max_legacy_sessions == 0 {
             err("listen.max_legacy_sessions".into(), "must be at least 1");
         }
+        if !(1..=crate::jsonrpc::MAX_DEPTH_LIMIT).contains(&self.listen.max_json_depth) {
+            err("listen.max_json_depth".into(), "must be between 1 and 128");
+        }
         if self.listen.legacy_session_idle.is_zero() {
             err("listen.legacy_session_idle".into(), "must be positive");
         }

@@ -14,6 +14,7 @@ use http_body_util::{BodyExt, Limited};
 
 use super::legacy::{self, Legacy, Sessions};
 use super::origin::OriginPolicy;
+use super::rate::{RateLimit, retry_after_secs};
 use super::respond::{self, Resp, empty, plain};
 use super::validate::{self, Body};
 use crate::auth::Authenticator;
@@ -43,6 +44,10 @@ struct Inner {
     metrics: Metrics,
     /// Where metrics are served (GET); empty disables.
     metrics_path: String,
+    /// The per-principal request rate.
+    rate: RateLimit,
+    /// Deepest JSON nesting accepted in a request body.
+    max_depth: usize,
 }
 
 impl Endpoint {
@@ -65,8 +70,25 @@ impl Endpoint {
             path: listen.path.clone(),
             max_body: listen.max_body_bytes,
             body_timeout: listen.body_timeout,
+            rate: RateLimit::new(listen.requests_per_second, listen.request_burst),
+            max_depth: listen.max_json_depth,
             policy: OriginPolicy::new(&listen.allowed_origins, &listen.allowed_hosts, listen.addr),
         }))
+    }
+
+    /// Drops idle rate-limit buckets periodically until `cancel` (see [`super::rate`]).
+    pub fn start_pruner(&self, cancel: &tokio_util::sync::CancellationToken, tracker: &tokio_util::task::TaskTracker) {
+        self.0.rate.start_pruner(cancel, tracker);
+    }
+
+    /// 429 with `Retry-After` for a caller over its request rate.
+    fn throttled(&self, wait: std::time::Duration) -> Resp {
+        self.0.metrics.rejection(Rejection::Rate);
+        let secs = retry_after_secs(wait);
+        let e = DownstreamError::LimitReached(format!("request rate exceeded; retry after {secs} s"));
+        let mut resp = respond::error(None, e.into());
+        resp.headers_mut().insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+        resp
     }
 
     /// The metrics the listener counts its rejections in.
@@ -101,8 +123,17 @@ impl Endpoint {
         resp
     }
 
-    /// Serves one HTTP request.
+    /// Serves one HTTP request from an unknown peer (anonymous callers share one rate bucket).
     pub async fn serve<B>(&self, req: Request<B>) -> Resp
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        self.serve_from(req, None).await
+    }
+
+    /// Serves one HTTP request from `peer` (anonymous callers are rate-limited by its address).
+    pub async fn serve_from<B>(&self, req: Request<B>, peer: Option<std::net::IpAddr>) -> Resp
     where
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -143,6 +174,11 @@ impl Endpoint {
             Ok(p) => p,
             Err(e) => return self.refuse(&e),
         };
+        // The rate is per principal, so it is checked once the principal is known; a refused
+        // credential costs no bucket (and the authenticator's own work bounds that path).
+        if let Err(wait) = self.0.rate.check(&principal, peer) {
+            return self.throttled(wait);
+        }
         // GET and DELETE belong to legacy sessions; without a session id they are the modern
         // endpoint's 405.
         if let Some(session) = req.headers().get(mcp::H_SESSION_ID) {
@@ -188,7 +224,7 @@ impl Endpoint {
         let Ok(text) = std::str::from_utf8(&body) else {
             return respond::error(None, DownstreamError::Parse("body is not UTF-8".into()).into());
         };
-        let msg = match Incoming::parse(text) {
+        let msg = match Incoming::parse_limited(text, self.0.max_depth) {
             Ok(m) => m,
             Err(e) => return respond::rejected(validate::message_error(e)),
         };

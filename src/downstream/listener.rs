@@ -144,7 +144,11 @@ pub async fn serve(
             move |req| {
                 let in_flight = watch.begin();
                 let endpoint = endpoint.clone();
-                async move { Ok::<_, Infallible>(endpoint.serve(req).await.map(|b| Tracked::new(b, in_flight))) }
+                async move {
+                    Ok::<_, Infallible>(
+                        endpoint.serve_from(req, Some(peer.ip())).await.map(|b| Tracked::new(b, in_flight)),
+                    )
+                }
             }
         });
         let held = Held { permit, slot, peer, watch: watch.clone(), metrics: metrics.clone() };
@@ -281,10 +285,7 @@ impl PerIp {
         if self.limit == 0 {
             return Some(IpSlot(None));
         }
-        let key = match ip.to_canonical() {
-            IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
-            v4 => v4,
-        };
+        let key = ip_key(ip);
         let mut counts = self.counts.lock().expect("not poisoned");
         let n = counts.entry(key).or_insert(0);
         if *n >= self.limit {
@@ -292,6 +293,14 @@ impl PerIp {
         }
         *n += 1;
         Some(IpSlot(Some((self.clone(), key))))
+    }
+}
+
+/// The key a peer address is counted under: IPv4 (and IPv4-mapped IPv6) as is, IPv6 by /64.
+pub(super) fn ip_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        v4 => v4,
     }
 }
 

@@ -41,15 +41,16 @@ pub const DRAIN: Duration = Duration::from_secs(5);
 /// How long listens get to write their final result, and stdout to flush, at the end.
 const CLOSE: Duration = Duration::from_secs(2);
 
-/// Serves one client on `input`/`output` until `input` ends.
-pub async fn serve<R, W>(router: Router, hub: Hub, max_line: usize, input: R, output: W)
+/// Serves one client on `input`/`output` until `input` ends: lines of at most `max_line`
+/// bytes, JSON nested at most `max_depth` deep.
+pub async fn serve<R, W>(router: Router, hub: Hub, max_line: usize, max_depth: usize, input: R, output: W)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let (out, out_rx) = mpsc::channel::<Bytes>(OUT_QUEUE);
     let writer = tokio::spawn(write_out(out_rx, output));
-    let conn = Arc::new(Conn::new(router, hub, out));
+    let conn = Arc::new(Conn::new(router, hub, out, max_depth));
     let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let mut lines = FramedRead::new(input, LinesCodec::new_with_max_length(max_line));
     while let Some(line) = lines.next().await {

@@ -127,9 +127,56 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::
     <&'de RawValue>::deserialize(d).map(Some)
 }
 
+/// The nesting depth (arrays and objects) [`Incoming::parse`] accepts: MCP messages nest a
+/// handful of levels, tool arguments and results a few more.
+pub const DEFAULT_MAX_DEPTH: usize = 64;
+
+/// The largest configurable depth: serde_json refuses deeper input on its own.
+pub const MAX_DEPTH_LIMIT: usize = 128;
+
+/// Whether `text` nests arrays and objects deeper than `max`. One pass over the bytes, without
+/// recursion, strings skipped (a bracket inside a string does not count); it stops at the
+/// first level past `max`, so a 100,000-deep `[[[[…` costs `max` bytes. Malformed input is
+/// left to the parser.
+pub fn depth_exceeds(text: &str, max: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in text.as_bytes() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
 impl<'a> Incoming<'a> {
-    /// Decodes one message from `text`.
+    /// Decodes one message from `text`, nested at most [`DEFAULT_MAX_DEPTH`] deep.
     pub fn parse(text: &'a str) -> Result<Self, MessageError> {
+        Self::parse_limited(text, DEFAULT_MAX_DEPTH)
+    }
+
+    /// Decodes one message from `text`, nested at most `max_depth` deep; deeper input is a
+    /// parse error (`-32700`), found before any of it is parsed.
+    pub fn parse_limited(text: &'a str, max_depth: usize) -> Result<Self, MessageError> {
+        if depth_exceeds(text, max_depth) {
+            return Err(MessageError::Parse(format!("JSON nested deeper than {max_depth} levels")));
+        }
         let env: Envelope<'a> = match serde_json::from_str(text) {
             Ok(env) => env,
             Err(e) if e.is_data() => {
@@ -204,6 +251,28 @@ mod tests {
         ] {
             assert!(matches!(Incoming::parse(bad), Err(MessageError::Invalid { .. })), "{bad}");
         }
+    }
+
+    #[test]
+    fn nesting_depth_is_capped_without_recursion() {
+        let deep = "[".repeat(100_000);
+        assert!(matches!(Incoming::parse(&deep), Err(MessageError::Parse(m)) if m.contains("deeper than 64")));
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"a":{}1{}}}}}"#,
+            "[".repeat(62),
+            "]".repeat(62)
+        );
+        assert!(Incoming::parse(&body).is_ok(), "64 levels pass");
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"a":{}1{}}}}}"#,
+            "[".repeat(63),
+            "]".repeat(63)
+        );
+        assert!(matches!(Incoming::parse(&body), Err(MessageError::Parse(_))), "65 do not");
+        // Brackets inside strings, escaped quotes included, do not count.
+        let s = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"s":"\"{}"}}}}"#, "[".repeat(200));
+        assert!(Incoming::parse(&s).is_ok());
+        assert!(!depth_exceeds("[[]]", 2) && depth_exceeds("[[[]]]", 2));
     }
 
     #[test]

@@ -43,10 +43,13 @@ pub enum Rejection {
     HeaderTooLarge,
     /// A connection over `[listen] max_connections_per_ip`.
     PerIp,
+    /// A request over `[listen] requests_per_second` for its principal.
+    Rate,
 }
 
 impl Rejection {
-    pub const ALL: [Rejection; 4] = [Self::HeaderTimeout, Self::BodyTimeout, Self::HeaderTooLarge, Self::PerIp];
+    pub const ALL: [Rejection; 5] =
+        [Self::HeaderTimeout, Self::BodyTimeout, Self::HeaderTooLarge, Self::PerIp, Self::Rate];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -54,6 +57,7 @@ impl Rejection {
             Self::BodyTimeout => "body_timeout",
             Self::HeaderTooLarge => "header_too_large",
             Self::PerIp => "per_ip",
+            Self::Rate => "rate",
         }
     }
 }

@@ -62,7 +62,9 @@ impl HeldCall {
 }
 
 /// Reads a call's SSE answer in a task: server requests whose method is in `relay` become
-/// steps; others are answered by `answer_locally`; the final response ends it.
+/// steps; others are answered by `answer_locally`; the final response ends it. `permit` (the
+/// upstream's in-flight slot) is released while a question waits for the client and taken
+/// again when the answer arrives.
 #[allow(clippy::too_many_arguments)]
 pub fn hold(
     transport: std::sync::Arc<HttpTransport>,
@@ -77,7 +79,12 @@ pub fn hold(
     let (step_tx, steps) = mpsc::channel(1);
     let (answers, mut answer_rx) = mpsc::channel::<Bytes>(1);
     let task = tokio::spawn(async move {
-        let _permit = permit;
+        // The upstream's in-flight slot is held while the call runs, and given back while it
+        // waits for the client (which may take `held_call_ttl`): a crowd of held calls must
+        // not starve the upstream's other requests. It is taken again before the answer is
+        // posted; the resuming request's `timeout` bounds that wait.
+        let mut permit = permit;
+        let slots = permit.as_ref().map(|p| p.semaphore().clone());
         let headers = headers.as_headers();
         let mut stream = SseStream::new(body, transport.max_message());
         loop {
@@ -109,13 +116,18 @@ pub fn hold(
                     method: msg.method().to_owned(),
                     params: msg.params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or(Value::Null),
                 };
+                drop(permit.take());
                 if step_tx.send(Step::Asked(request)).await.is_err() {
                     return;
                 }
-                match answer_rx.recv().await {
-                    Some(r) => r,
-                    None => return,
+                let Some(answer) = answer_rx.recv().await else { return };
+                if let Some(slots) = &slots {
+                    match slots.clone().acquire_owned().await {
+                        Ok(p) => permit = Some(p),
+                        Err(_) => return,
+                    }
                 }
+                answer
             } else {
                 match answer_locally(&msg) {
                     Some(r) => r,

@@ -62,4 +62,13 @@ mod tests {
         let err = Bytes::from_static(br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32602,"message":"nf"}}"#);
         assert!(matches!(Reply::decode(&err, None).unwrap(), Reply::Error(e) if e.code == -32602));
     }
+
+    #[test]
+    fn a_result_nested_past_the_cap_is_refused() {
+        let deep = format!(r#"{{"jsonrpc":"2.0","id":3,"result":{{"a":{}1{}}}}}"#, "[".repeat(70), "]".repeat(70));
+        let e = Reply::decode(&Bytes::from(deep), Some("3")).unwrap_err();
+        assert!(e.contains("deeper than 64"), "{e}");
+        let bomb = Bytes::from("[".repeat(1_000_000));
+        assert!(Reply::decode(&bomb, Some("3")).is_err());
+    }
 }

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod abuse;
 mod admin_page;
 mod auth;
 mod cache;

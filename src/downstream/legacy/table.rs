@@ -28,6 +28,8 @@ struct Inner {
     key: SessionKey,
     /// Most live sessions.
     max: usize,
+    /// Most live sessions of one authenticated principal; 0 = no per-principal bound.
+    per_principal: usize,
     /// Quiet time after which a session without a stream is evicted.
     idle: Duration,
     table: Mutex<Table>,
@@ -61,7 +63,13 @@ impl Tombstones {
 
 impl Sessions {
     pub fn new(key: SessionKey, max: usize, idle: Duration) -> Self {
-        Self(Arc::new(Inner { key, max: max.max(1), idle, table: Mutex::default() }))
+        Self::with_per_principal(key, max, 0, idle)
+    }
+
+    /// As [`Sessions::new`], with at most `per_principal` live sessions for each authenticated
+    /// principal (0 = no such bound; anonymous callers have none either).
+    pub fn with_per_principal(key: SessionKey, max: usize, per_principal: usize, idle: Duration) -> Self {
+        Self(Arc::new(Inner { key, max: max.max(1), per_principal, idle, table: Mutex::default() }))
     }
 
     /// Sweeps idle sessions periodically until `cancel`.
@@ -91,6 +99,7 @@ impl Sessions {
     fn create_at(&self, version: &str, owner: &Principal, now: Instant) -> Result<(String, Arc<Session>), Error> {
         let (token, verified) = self.0.key.mint(version, owner.id());
         let mut table = self.0.table.lock().expect("sessions");
+        self.check_owner(&mut table, owner, now)?;
         self.make_room(&mut table, now)?;
         let session = Session::new(verified.version, owner.clone(), now);
         table.live.insert(verified.nonce, session.clone());
@@ -116,6 +125,7 @@ impl Sessions {
             session.touch(now);
             return Ok(session.clone());
         }
+        self.check_owner(&mut table, principal, now)?;
         self.make_room(&mut table, now)?;
         let session = Session::new(verified.version, principal.clone(), now);
         table.live.insert(verified.nonce, session.clone());
@@ -158,6 +168,24 @@ impl Sessions {
         self.len() == 0
     }
 
+    /// Refuses one more session for `owner` at its per-principal bound (after evicting idle
+    /// sessions). A scan of the live sessions: it runs on `initialize` only, and the table is
+    /// bounded by `max`.
+    fn check_owner(&self, table: &mut Table, owner: &Principal, now: Instant) -> Result<(), Error> {
+        let cap = self.0.per_principal;
+        if cap == 0 || owner.identity().is_none() {
+            return Ok(());
+        }
+        let count = |t: &Table| t.live.values().filter(|s| s.owner == *owner).count();
+        if count(table) >= cap && (self.evict_idle(table, now) == 0 || count(table) >= cap) {
+            return Err(DownstreamError::LimitReached(format!(
+                "this principal holds its maximum of {cap} legacy sessions; DELETE one or let it idle out"
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
     fn make_room(&self, table: &mut Table, now: Instant) -> Result<(), Error> {
         if table.live.len() >= self.0.max && self.evict_idle(table, now) == 0 {
             return Err(DownstreamError::LimitReached(format!(
@@ -194,6 +222,25 @@ mod tests {
 
     fn anon() -> Principal {
         Principal::Anonymous
+    }
+
+    #[test]
+    fn sessions_per_principal_are_bounded() {
+        let sessions = Sessions::with_per_principal(SessionKey::random(), 100, 2, IDLE);
+        let (a, b) = (Principal::user("a", &[], &[]), Principal::user("b", &[], &[]));
+        let now = Instant::now();
+        let (first, _) = sessions.create_at("2025-06-18", &a, now).unwrap();
+        sessions.create_at("2025-06-18", &a, now).unwrap();
+        let e = sessions.create_at("2025-06-18", &a, now).err().expect("over the bound");
+        assert_eq!(e.to_jsonrpc().0, http::StatusCode::TOO_MANY_REQUESTS);
+        assert!(sessions.create_at("2025-06-18", &b, now).is_ok(), "another principal is unaffected");
+        for _ in 0..5 {
+            sessions.create_at("2025-06-18", &anon(), now).unwrap();
+        }
+        sessions.end(&first, &a).unwrap();
+        assert!(sessions.create_at("2025-06-18", &a, now).is_ok(), "an ended session frees its place");
+        // Idle sessions of the principal are evicted to make room.
+        assert!(sessions.create_at("2025-06-18", &a, now + IDLE * 2).is_ok());
     }
 
     #[test]

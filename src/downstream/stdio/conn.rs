@@ -32,6 +32,8 @@ use crate::router::{Answer, Call, Router};
 const STDOUT_PATIENCE: Duration = Duration::from_secs(24 * 3600);
 
 pub(super) struct Conn {
+    /// Deepest JSON nesting accepted in a line (`[listen] max_json_depth`).
+    max_depth: usize,
     router: Router,
     hub: Hub,
     legacy: Legacy,
@@ -66,8 +68,9 @@ enum Route {
 }
 
 impl Conn {
-    pub fn new(router: Router, hub: Hub, out: mpsc::Sender<Bytes>) -> Self {
+    pub fn new(router: Router, hub: Hub, out: mpsc::Sender<Bytes>, max_depth: usize) -> Self {
         Self {
+            max_depth,
             legacy: Legacy::new(router.clone(), hub.clone()),
             router,
             hub,
@@ -88,7 +91,7 @@ impl Conn {
         if line.trim().is_empty() {
             return;
         }
-        let msg = match Incoming::parse(&line) {
+        let msg = match Incoming::parse_limited(&line, self.max_depth) {
             Ok(msg) => msg,
             Err(e) => return self.send(&encode_error(e.id(), &e.to_rpc())).await,
         };
@@ -137,7 +140,7 @@ impl Conn {
         _permit: OwnedSemaphorePermit,
         route: Route,
     ) {
-        let msg = Incoming::parse(&line).expect("parsed once already");
+        let msg = Incoming::parse_limited(&line, self.max_depth).expect("parsed once already");
         let reply = tokio::select! {
             biased;
             _ = cancel.cancelled() => None,
