@@ -130,14 +130,8 @@ impl Admin {
     /// Samples the request counters for the chart every `every`, until `cancel`.
     pub fn start_sampler(&self, every: Duration, cancel: CancellationToken, tracker: &TaskTracker) {
         let admin = self.clone();
-        tracker.spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            loop {
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tick.tick() => admin.0.history.sample(&admin.0.router.metrics().downstream_totals()),
-                }
-            }
+        crate::periodic::every(every, &cancel, tracker, move || {
+            admin.0.history.sample(&admin.0.router.metrics().downstream_totals())
         });
     }
 

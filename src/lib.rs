@@ -34,6 +34,7 @@ pub mod error;
 pub mod hub;
 pub mod jsonrpc;
 pub mod mcp;
+pub mod periodic;
 pub mod router;
 pub mod sample;
 pub mod telemetry;

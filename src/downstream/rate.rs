@@ -20,7 +20,6 @@ use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use tokio::time::{MissedTickBehavior, interval};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -78,16 +77,9 @@ impl RateLimit {
         if self.0.is_none() {
             return;
         }
-        let (me, cancel) = (self.clone(), cancel.clone());
-        tracker.spawn(async move {
-            let mut tick = interval(PRUNE_EVERY);
-            tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tick.tick() => { me.prune(); }
-                }
-            }
+        let me = self.clone();
+        crate::periodic::every(PRUNE_EVERY, cancel, tracker, move || {
+            me.prune();
         });
     }
 }

@@ -197,16 +197,9 @@ impl Router {
     pub fn start_reaper(&self, cancel: &tokio_util::sync::CancellationToken, tracker: &tokio_util::task::TaskTracker) {
         let period = (self.0.proxy.held_call_ttl / 4)
             .clamp(std::time::Duration::from_millis(100), std::time::Duration::from_secs(60));
-        let (me, cancel) = (self.clone(), cancel.clone());
-        tracker.spawn(async move {
-            let mut tick = tokio::time::interval(period);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tick.tick() => { me.0.held.reap(Instant::now()); }
-                }
-            }
+        let me = self.clone();
+        crate::periodic::every(period, cancel, tracker, move || {
+            me.0.held.reap(Instant::now());
         });
     }
 

@@ -26,20 +26,8 @@ fn full_caps() -> Value {
 }
 
 /// A conforming request (headers mirroring the body) whose client declares `caps`.
-async fn request_with(client: &McpClient, method: &str, mut params: Value, caps: Value) -> Exchange {
-    params["_meta"] = meta();
-    params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = caps;
-    let name = match method {
-        "tools/call" | "prompts/get" => params["name"].as_str().map(str::to_owned),
-        "resources/read" => params["uri"].as_str().map(str::to_owned),
-        _ => None,
-    };
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
-    let mut headers = vec![("mcp-protocol-version", "2026-07-28".to_owned()), ("mcp-method", method.to_owned())];
-    if let Some(n) = name {
-        headers.push(("mcp-name", header_value::encode(&n)));
-    }
-    client.raw("POST", &headers, body.to_string().into_bytes()).await
+async fn request_with(client: &McpClient, method: &str, params: Value, caps: Value) -> Exchange {
+    client.request_declaring(method, params, caps).await
 }
 
 /// The header value a tool argument mirrors to, per the spec's encoding.

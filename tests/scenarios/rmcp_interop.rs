@@ -2,7 +2,6 @@
 //! as downstream, both speaking 2026-07-28 through the proxy.
 
 use std::borrow::Cow;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,8 +15,6 @@ use rmcp::model::{
 use rmcp::model::{ServerNotification, SubscriptionFilter};
 use rmcp::service::{RequestContext, RunningService, SubscriptionContext};
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{
     ClientCacheConfig, ClientLifecycleMode, ClientServiceExt, ErrorData, RoleClient, RoleServer, ServerHandler,
 };
@@ -163,31 +160,7 @@ impl ServerHandler for Library {
 
 /// Serves `Library` with rmcp's Streamable HTTP service on 127.0.0.1:0.
 async fn rmcp_upstream(library: Library, cancel: CancellationToken) -> SocketAddr {
-    let config =
-        StreamableHttpServerConfig::default().with_json_response(true).with_cancellation_token(cancel.child_token());
-    let service: StreamableHttpService<Library, LocalSessionManager> =
-        StreamableHttpService::new(move || Ok(library.clone()), Default::default(), config);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let (stream, _) = tokio::select! {
-                _ = cancel.cancelled() => return,
-                r = listener.accept() => r.unwrap(),
-            };
-            let service = service.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req| {
-                    let service = service.clone();
-                    async move { Ok::<_, Infallible>(service.handle(req).await) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    addr
+    serve_rmcp(library, cancel).await
 }
 
 async fn rmcp_client(url: String) -> RunningService<RoleClient, ClientConfig> {

@@ -14,7 +14,6 @@
 //! fails (it never skips silently).
 
 use std::borrow::Cow;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -26,8 +25,6 @@ use rmcp::model::{
     ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
@@ -308,29 +305,5 @@ impl ServerHandler for Shelf {
 
 /// Serves [`Shelf`] with rmcp's Streamable HTTP service on 127.0.0.1:0.
 async fn rmcp_upstream(cancel: CancellationToken) -> SocketAddr {
-    let config =
-        StreamableHttpServerConfig::default().with_json_response(true).with_cancellation_token(cancel.child_token());
-    let service: StreamableHttpService<Shelf, LocalSessionManager> =
-        StreamableHttpService::new(|| Ok(Shelf), Default::default(), config);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let (stream, _) = tokio::select! {
-                _ = cancel.cancelled() => return,
-                r = listener.accept() => r.unwrap(),
-            };
-            let service = service.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req| {
-                    let service = service.clone();
-                    async move { Ok::<_, Infallible>(service.handle(req).await) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    addr
+    serve_rmcp(Shelf, cancel).await
 }

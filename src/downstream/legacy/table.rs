@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::time::{Instant, MissedTickBehavior, interval};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -75,18 +75,10 @@ impl Sessions {
     /// Sweeps idle sessions periodically until `cancel`.
     pub fn start_sweeper(&self, cancel: &CancellationToken, tracker: &TaskTracker) {
         let me = self.clone();
-        let cancel = cancel.clone();
         // A quarter of the idle time keeps eviction within 25 % of its deadline.
         let period = (self.0.idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(60));
-        tracker.spawn(async move {
-            let mut tick = interval(period);
-            tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tick.tick() => { me.sweep(); }
-                }
-            }
+        crate::periodic::every(period, cancel, tracker, move || {
+            me.sweep();
         });
     }
 
