@@ -2,7 +2,33 @@
 
 use std::collections::HashSet;
 
-use super::{ASYMMETRIC_ALGORITHMS, AllowRule, AuthConfig, AuthMode, Config, UpstreamConfig};
+use super::{ASYMMETRIC_ALGORITHMS, AllowRule, AuthConfig, AuthMode, Config, Credential, UpstreamConfig};
+
+/// Headers a configured `headers` entry may not set: hop-by-hop headers (RFC 9110 §7.6.1)
+/// and the framing the HTTP client owns.
+const FORBIDDEN_HEADERS: [&str; 11] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+];
+
+/// Whether a configured header name is refused (see [`FORBIDDEN_HEADERS`]; any `Proxy-*`).
+pub fn forbidden_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    FORBIDDEN_HEADERS.contains(&name.as_str()) || name.starts_with("proxy-")
+}
+
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    crate::tls::error_chain(e)
+}
 
 /// Longest upstream name: it becomes a URI scheme prefix and a tool-name prefix.
 const MAX_NAME: usize = 63;
@@ -54,9 +80,9 @@ impl Config {
             err("cache.max_entry_bytes".into(), "must not exceed cache.max_bytes");
         }
         if let Some(secret) = &self.proxy.cursor_secret
-            && let Err(m) = secret.resolve()
+            && let Err(e) = secret.resolve()
         {
-            err("proxy.cursor_secret".into(), &m);
+            err("proxy.cursor_secret".into(), &chain(&e));
         }
         if let Err(e) = self.admin.socket_addr() {
             err("admin.addr".into(), &format!("not a socket address: {e}"));
@@ -72,6 +98,9 @@ impl Config {
             let at = |field: &str| format!("upstream[{i}].{field}");
             for (field, msg) in check_upstream(up) {
                 err(at(field), &msg);
+            }
+            for (field, msg) in check_credential(up, &self.auth) {
+                err(at(&field), &msg);
             }
             if !seen.insert(up.name.as_str()) {
                 err(at("name"), &format!("duplicate upstream name `{}`", up.name));
@@ -129,8 +158,78 @@ fn check_upstream(up: &UpstreamConfig) -> Vec<(&'static str, String)> {
     for (name, secret) in &up.headers {
         if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
             errors.push(("headers", format!("`{name}` is not a valid header name")));
-        } else if let Err(m) = secret.resolve() {
-            errors.push(("headers", format!("`{name}`: {m}")));
+        } else if forbidden_header(name) {
+            errors.push((
+                "headers",
+                format!("`{name}` is a hop-by-hop or framing header, which the proxy never forwards or sets"),
+            ));
+        } else if let Err(e) = secret.resolve() {
+            errors.push(("headers", format!("`{name}`: {}", chain(&e))));
+        }
+    }
+    errors
+}
+
+/// `[upstream.credential]`: an OAuth kind needs an HTTP upstream, a usable token endpoint
+/// and secret, no static `Authorization` beside it; token exchange needs JWT callers.
+fn check_credential(up: &UpstreamConfig, auth: &AuthConfig) -> Vec<(String, String)> {
+    let mut errors = Vec::new();
+    let Some(oauth) = up.credential.oauth() else { return errors };
+    let mut err = |key: &str, msg: String| errors.push((format!("credential.{key}"), msg));
+    if up.url.is_none() {
+        err("kind", "an OAuth credential applies only to an HTTP upstream (`url`)".into());
+    }
+    if up.headers.keys().any(|h| h.eq_ignore_ascii_case("authorization")) {
+        err("kind", "`headers` sets `Authorization` too: use one or the other".into());
+    }
+    if let Err(m) = check_url(&oauth.token_url) {
+        err("token_url", m);
+    }
+    if oauth.client_id.is_empty() {
+        err("client_id", "must not be empty".into());
+    }
+    if let Err(e) = oauth.client_secret.resolve() {
+        err("client_secret", chain(&e));
+    }
+    if oauth.timeout.is_zero() {
+        err("timeout", "must be positive".into());
+    }
+    if oauth.default_lifetime.is_zero() {
+        err("default_lifetime", "must be positive".into());
+    }
+    if let Some(r) = &oauth.resource
+        && let Err(m) = canonical_resource(r)
+    {
+        err("resource", m);
+    }
+    if let Some(ca) = &oauth.tls_ca_file
+        && let Err(e) = crate::tls::client_config(crate::tls::ClientTls { ca_file: Some(ca), identity: None })
+    {
+        err("tls_ca_file", chain(&e));
+    }
+    match &up.credential {
+        Credential::TokenExchange(_) => {
+            if oauth.max_cached_tokens == Some(0) {
+                err("max_cached_tokens", "must be at least 1".into());
+            }
+            if !auth.mode.has(AuthMode::Jwt) {
+                // API keys are the proxy's own secrets: sending one to an authorization
+                // server would leak it, and no server could verify it anyway.
+                err(
+                    "kind",
+                    "`token_exchange` exchanges the caller's JWT: [auth] `mode` must include `jwt` \
+                     (anonymous and API-key callers have no token to exchange)"
+                        .into(),
+                );
+            }
+        }
+        _ => {
+            if oauth.max_cached_tokens.is_some() {
+                err("max_cached_tokens", "applies only to `token_exchange`".into());
+            }
+            if oauth.proxy_requests != super::ProxyRequests::default() {
+                err("proxy_requests", "applies only to `token_exchange`".into());
+            }
         }
     }
     errors

@@ -78,7 +78,8 @@ pub fn hold(
     let (answers, mut answer_rx) = mpsc::channel::<Bytes>(1);
     let task = tokio::spawn(async move {
         let _permit = permit;
-        let headers = headers.as_headers();
+        let owned = headers;
+        let headers = owned.as_headers();
         let mut stream = SseStream::new(body, transport.max_message());
         loop {
             let event = match stream.next().await {
@@ -122,7 +123,7 @@ pub fn hold(
                     None => continue,
                 }
             };
-            let _ = transport.post_message(response, &headers).await;
+            let _ = transport.post_message(response, &headers, owned.auth.as_ref()).await;
         }
     });
     HeldCall { steps, answers, task }
@@ -132,6 +133,8 @@ pub fn hold(
 pub struct OwnedHeaders {
     pub version: String,
     pub session: Option<String>,
+    /// The call's `Authorization` value (its caller's upstream credential).
+    pub auth: Option<http::HeaderValue>,
 }
 
 impl OwnedHeaders {
