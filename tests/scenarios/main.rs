@@ -5,6 +5,7 @@ mod support;
 
 mod auth;
 mod cache;
+mod credentials;
 mod hostile;
 mod interop;
 mod legacy;
