@@ -14,6 +14,7 @@ fn every_shipped_config_file_is_valid() {
                 .args(["check", "-c"])
                 .arg(&path)
                 .env("DOCS_TOKEN", "Bearer example")
+                .env("RESMUX_REMOTE_SECRET", "example")
                 .output()
                 .unwrap();
             assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));

@@ -132,7 +132,7 @@ impl UpstreamConfig {
             max_in_flight: default_in_flight(),
             on_error: OnError::default(),
             headers: BTreeMap::new(),
-            credential: Credential::Static,
+            credential: Credential::Static {},
             max_message_bytes: default_max_message(),
             default_ttl: Duration::ZERO,
             default_scope: CacheScopeDefault::default(),
@@ -179,12 +179,12 @@ pub enum CacheScopeDefault {
 
 /// How the proxy authenticates to one upstream (DESIGN §6). Whatever the kind, the downstream
 /// caller's own `Authorization` header and cookies never reach the upstream.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Credential {
-    /// The configured `headers` only (the default).
-    #[default]
-    Static,
+    /// The configured `headers` only (the default). (A struct variant, so that unknown keys
+    /// beside `kind` are refused.)
+    Static {},
     /// OAuth 2.0 client credentials (RFC 6749 §4.4): the proxy's own token, fetched from
     /// `token_url`, cached and refreshed before it expires, sent as `Authorization: Bearer`.
     ClientCredentials(OAuthClient),
@@ -195,11 +195,17 @@ pub enum Credential {
     TokenExchange(OAuthClient),
 }
 
+impl Default for Credential {
+    fn default() -> Self {
+        Credential::Static {}
+    }
+}
+
 impl Credential {
     /// The OAuth client settings, for the OAuth kinds.
     pub fn oauth(&self) -> Option<&OAuthClient> {
         match self {
-            Credential::Static => None,
+            Credential::Static {} => None,
             Credential::ClientCredentials(c) | Credential::TokenExchange(c) => Some(c),
         }
     }

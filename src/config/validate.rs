@@ -482,6 +482,69 @@ mod tests {
     }
 
     #[test]
+    fn credential_errors_are_reported_at_once() {
+        let text = r#"
+            [[upstream]]
+            name = "a"
+            url = "http://127.0.0.1:9001/mcp"
+            headers = { Connection = { value = "close" }, Proxy-Authorization = { value = "x" }, X-Ok = { value = "1" } }
+            [[upstream]]
+            name = "b"
+            command = ["srv"]
+            headers = { authorization = { value = "Bearer s" } }
+            [upstream.credential]
+            kind = "client_credentials"
+            token_url = "ftp://idp/token"
+            client_id = ""
+            client_secret = { env = "RESMUX_TEST_UNSET_SECRET" }
+            max_cached_tokens = 5
+            [[upstream]]
+            name = "c"
+            url = "http://127.0.0.1:9002/mcp"
+            [upstream.credential]
+            kind = "token_exchange"
+            token_url = "http://idp/token"
+            client_id = "resmux"
+            client_secret = { value = "s" }
+            max_cached_tokens = 0
+        "#;
+        let errors = crate::config::parse(text).unwrap_err();
+        let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths.iter().filter(|p| **p == "upstream[0].headers").count(), 2, "{paths:?}");
+        for want in [
+            "upstream[1].credential.kind",
+            "upstream[1].credential.token_url",
+            "upstream[1].credential.client_id",
+            "upstream[1].credential.client_secret",
+            "upstream[1].credential.max_cached_tokens",
+            "upstream[2].credential.max_cached_tokens",
+            "upstream[2].credential.kind",
+        ] {
+            assert!(paths.contains(&want), "{want} missing from {paths:?}");
+        }
+        assert_eq!(
+            paths.iter().filter(|p| **p == "upstream[1].credential.kind").count(),
+            2,
+            "stdio, and Authorization"
+        );
+        let unset = errors.iter().find(|e| e.path == "upstream[1].credential.client_secret").unwrap();
+        assert!(unset.message.contains("RESMUX_TEST_UNSET_SECRET"), "{}", unset.message);
+        // Unknown keys in the credential are refused, and a usable one passes.
+        let bad = "[[upstream]]\nname = \"a\"\nurl = \"http://x/mcp\"\n[upstream.credential]\nkind = \"static\"\ncolour = 1\n";
+        assert!(crate::config::parse(bad).is_err());
+        let good = "[[upstream]]\nname = \"a\"\nurl = \"http://x/mcp\"\n[upstream.credential]\nkind = \"client_credentials\"\n\
+                    token_url = \"https://idp/token\"\nclient_id = \"r\"\nclient_secret = { value = \"s\" }\nclient_auth = \"body\"\n";
+        let good_with = |extra: &str| format!("{good}{extra}");
+        assert!(crate::config::parse(&good_with("colour = 1\n")).is_err(), "unknown OAuth keys are refused");
+        let config = crate::config::parse(good).unwrap();
+        let oauth = config.upstreams[0].credential.oauth().unwrap();
+        assert_eq!(
+            (oauth.client_auth, oauth.refresh_before),
+            (super::super::ClientAuth::Body, std::time::Duration::from_secs(30))
+        );
+    }
+
+    #[test]
     fn names() {
         assert!(valid_name("docs"));
         assert!(valid_name("fs-2"));

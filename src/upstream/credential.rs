@@ -194,7 +194,7 @@ impl Credential {
     /// client certificate is for the upstream alone).
     pub fn from_config(upstream: &str, config: &CredentialConfig) -> Result<Self, CredentialSetupError> {
         Ok(match config {
-            CredentialConfig::Static => Credential::Static,
+            CredentialConfig::Static {} => Credential::Static,
             CredentialConfig::ClientCredentials(c) => {
                 Credential::ClientCredentials { client: TokenClient::new(upstream, c)?, token: Slot::default() }
             }
