@@ -29,6 +29,31 @@ pub struct Identity {
     pub id: String,
     pub groups: BTreeSet<String>,
     pub scopes: BTreeSet<String>,
+    /// The JWT the caller presented, kept for the token exchange of an upstream with
+    /// `kind = "token_exchange"` (never forwarded as is). `None` for API keys: a key is the
+    /// proxy's own secret and never leaves it.
+    pub token: Option<BearerToken>,
+}
+
+/// A bearer token a caller presented: zeroed when dropped, and its `Debug` shows nothing of
+/// it.
+pub struct BearerToken(zeroize::Zeroizing<String>);
+
+impl BearerToken {
+    pub fn new(token: &str) -> Self {
+        Self(zeroize::Zeroizing::new(token.to_owned()))
+    }
+
+    /// The token, for the one place that sends it on (the token exchange request).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("BearerToken(<redacted>)")
+    }
 }
 
 /// A downstream caller.
@@ -47,6 +72,17 @@ impl Principal {
             id: id.to_owned(),
             groups: groups.iter().map(|s| s.to_string()).collect(),
             scopes: scopes.iter().map(|s| s.to_string()).collect(),
+            token: None,
+        }))
+    }
+
+    /// A user principal that presented `token` (tests: a JWT caller).
+    pub fn with_token(id: &str, token: &str) -> Self {
+        Principal::User(Arc::new(Identity {
+            id: id.to_owned(),
+            groups: BTreeSet::new(),
+            scopes: BTreeSet::new(),
+            token: Some(BearerToken::new(token)),
         }))
     }
 
@@ -331,6 +367,9 @@ mod tests {
         assert_ne!(a, Principal::Anonymous);
         assert_ne!(a, Principal::user("other", &[], &[]));
         assert_eq!(format!("{a:?}"), "user:ci-bot");
+        let jwt = Principal::with_token("iss#alice", "secret-token");
+        let shown = format!("{jwt:?} {:?}", jwt.identity().unwrap().token);
+        assert!(!shown.contains("secret-token"), "{shown}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod load;
 mod proxy;
 mod upstream;
 mod validate;
+pub use validate::forbidden_header;
 
 use serde::Deserialize;
 
@@ -23,7 +24,10 @@ pub use hub::HubConfig;
 pub use listen::{ListenConfig, ListenTls};
 pub use load::{ConfigError, ConfigErrors, load, load_without_secrets, parse};
 pub use proxy::{LogConfig, LogFormat, ProxyConfig};
-pub use upstream::{CacheScopeDefault, OnError, SecretSource, Transport, UpstreamConfig};
+pub use upstream::{
+    CacheScopeDefault, ClientAuth, Credential, DEFAULT_MAX_CACHED_TOKENS, OAuthClient, OnError, ProxyRequests,
+    SecretError, SecretSource, Transport, UpstreamConfig,
+};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Default, Deserialize)]

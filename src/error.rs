@@ -96,6 +96,14 @@ pub enum UpstreamError {
     TooLarge { upstream: String, limit: usize },
     #[error("upstream `{upstream}` no longer knows the proxy's session")]
     SessionLost { upstream: String },
+    /// No credential for the upstream: its token endpoint failed, or token exchange for a
+    /// caller with no token of its own.
+    #[error("no credential for upstream `{upstream}`: {source}")]
+    Credential {
+        upstream: String,
+        #[source]
+        source: std::sync::Arc<crate::upstream::credential::CredentialError>,
+    },
 }
 
 impl UpstreamError {
@@ -109,7 +117,8 @@ impl UpstreamError {
             | Self::Protocol { upstream, .. }
             | Self::Status { upstream, .. }
             | Self::TooLarge { upstream, .. }
-            | Self::SessionLost { upstream } => upstream,
+            | Self::SessionLost { upstream }
+            | Self::Credential { upstream, .. } => upstream,
         }
     }
 
@@ -146,7 +155,11 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Downstream(_) => false,
-            Error::Upstream(e) => e.is_retryable() || matches!(e, UpstreamError::Timeout { .. }),
+            Error::Upstream(e) => {
+                e.is_retryable()
+                    || matches!(e, UpstreamError::Timeout { .. })
+                    || matches!(e, UpstreamError::Credential { source, .. } if source.is_transient())
+            }
             Error::Internal(_) => true,
         }
     }
@@ -200,6 +213,9 @@ impl Error {
                 });
                 if let UpstreamError::Tls { reason, .. } = u {
                     data["tls"] = json!(reason);
+                }
+                if let UpstreamError::Credential { source, .. } = u {
+                    data["credential"] = json!(crate::tls::error_chain(source.as_ref()));
                 }
                 (status, RpcError::new(code::INTERNAL_ERROR, msg).with_data(data))
             }

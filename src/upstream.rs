@@ -5,6 +5,7 @@
 
 pub mod backoff;
 pub mod catalog;
+pub mod credential;
 mod discovery;
 mod era;
 mod headers;
@@ -27,6 +28,7 @@ use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use credential::OnBehalf;
 pub use discovery::UpstreamInfo;
 pub use legacy::{Era, Unsolicited};
 pub use reply::Reply;
@@ -51,6 +53,8 @@ pub struct Upstream(Arc<Inner>);
 struct Inner {
     config: UpstreamConfig,
     transport: Transport,
+    /// How requests authenticate to the upstream (HTTP only; `Static` for stdio).
+    credential: credential::Credential,
     /// Bounds concurrent requests to this upstream (`max_in_flight`); waiters queue fairly and
     /// give up at their deadline.
     in_flight: Arc<Semaphore>,
@@ -103,11 +107,14 @@ impl Upstream {
         tracker: &TaskTracker,
     ) -> Result<Self, String> {
         let unsolicited = broadcast::channel(1024).0;
+        let mut credential = credential::Credential::Static;
         let transport = match config.transport() {
             TransportConfig::Http { url } => {
                 let uri = url.parse().map_err(|e| format!("upstream `{}`: {e}", config.name))?;
                 let headers = http::static_headers(&config.headers)
-                    .map_err(|e| format!("upstream `{}` headers: {e}", config.name))?;
+                    .map_err(|e| format!("upstream `{}` headers: {}", config.name, crate::tls::error_chain(&e)))?;
+                credential = credential::Credential::from_config(&config.name, &config.credential)
+                    .map_err(|e| format!("upstream `{}` {}", config.name, crate::tls::error_chain(&e)))?;
                 Transport::Http(Arc::new(http::HttpTransport::new(
                     config.name.clone(),
                     client.clone(),
@@ -133,6 +140,7 @@ impl Upstream {
             in_flight: Arc::new(Semaphore::new(config.max_in_flight)),
             config,
             transport,
+            credential,
             next_id: AtomicU64::new(1),
             info: RwLock::new(None),
             info_version: watch::channel(0).0,
@@ -257,25 +265,31 @@ impl Upstream {
     /// [`headers`]). Requests other
     /// than `tools/call` are retried once when the failure means the request may not have
     /// been processed; a legacy session that expired is re-initialized first.
+    ///
+    /// This is a request of the proxy's own ([`OnBehalf::Proxy`]); a caller's goes through
+    /// [`Upstream::request_with`].
     pub async fn request(&self, method: &str, params: &[u8]) -> Result<Reply, UpstreamError> {
-        self.request_with(method, params, None).await
+        self.request_with(method, params, None, OnBehalf::Proxy).await
     }
 
-    /// [`Upstream::request`], relaying the upstream's progress notifications to `progress`.
+    /// [`Upstream::request`] on behalf of `on` (whose upstream credential it carries),
+    /// relaying the upstream's progress notifications to `progress`.
     pub async fn request_with(
         &self,
         method: &str,
         params: &[u8],
         progress: Option<&ProgressSink>,
+        on: OnBehalf<'_>,
     ) -> Result<Reply, UpstreamError> {
         let started = Instant::now();
-        let result = self.request_inner(method, params, progress).await;
+        let result = self.request_inner(method, params, progress, on).await;
         let outcome = match &result {
             Ok(Reply::Result(_)) => "ok",
             Ok(Reply::Error(_)) => "error",
             Err(UpstreamError::Timeout { .. }) => "timeout",
             Err(UpstreamError::Unavailable { .. }) => "unavailable",
             Err(UpstreamError::Tls { .. }) => "tls",
+            Err(UpstreamError::Credential { .. }) => "credential",
             Err(_) => "failed",
         };
         let took = started.elapsed();
@@ -289,6 +303,7 @@ impl Upstream {
         method: &str,
         params: &[u8],
         progress: Option<&ProgressSink>,
+        on: OnBehalf<'_>,
     ) -> Result<Reply, UpstreamError> {
         let timeout = self.0.config.timeout;
         let deadline = Instant::now() + timeout;
@@ -300,11 +315,26 @@ impl Upstream {
         let mut era = self.wait_era(deadline).await;
         let retries = if method == mcp::method::TOOLS_CALL { 0 } else { 1 };
         let mut attempt = 0;
+        let mut refreshed = false;
         loop {
-            let result = timeout_at(deadline, self.send(&era, method, params, progress))
+            let auth = timeout_at(deadline, self.auth_for(on)).await.map_err(|_| timed_out())??;
+            let header = auth.as_deref().map(|a| a.header());
+            let result = timeout_at(deadline, self.send(&era, method, params, progress, header))
                 .await
                 .map_err(|_| timed_out())
                 .and_then(|r| r);
+            // A refused token is dropped whatever the method, so the next request fetches a
+            // fresh one; an idempotent request is sent once more with it right away.
+            if let Some(seen) = &auth
+                && unauthorized(&result)
+            {
+                self.0.credential.invalidate(on, seen).await;
+                if !refreshed && retries > 0 {
+                    tracing::debug!(upstream = %self.name(), "upstream refused its token (401); refreshing once");
+                    refreshed = true;
+                    continue;
+                }
+            }
             match result {
                 Err(UpstreamError::SessionLost { .. }) if attempt == 0 => {
                     attempt += 1;
@@ -317,6 +347,24 @@ impl Upstream {
                 other => return other,
             }
         }
+    }
+
+    /// The credential token for a request on behalf of `on`, when the upstream takes one.
+    async fn auth_for(&self, on: OnBehalf<'_>) -> Result<Option<Arc<credential::Issued>>, UpstreamError> {
+        self.0.credential.token(on).await.map_err(|e| {
+            tracing::warn!(upstream = %self.name(), error = %crate::tls::error_chain(&e), "no upstream credential");
+            UpstreamError::Credential { upstream: self.name().to_owned(), source: Arc::new(e) }
+        })
+    }
+
+    /// The credential token of the proxy's own requests.
+    pub(super) async fn proxy_auth(&self) -> Result<Option<Arc<credential::Issued>>, UpstreamError> {
+        self.auth_for(OnBehalf::Proxy).await
+    }
+
+    /// Exchanged tokens cached now (`token_exchange` upstreams; 0 otherwise).
+    pub fn cached_exchanges(&self) -> u64 {
+        self.0.credential.cached_exchanges()
     }
 
     /// The era to send in: known, or (while probing) known within a short wait, or modern.
@@ -343,10 +391,11 @@ impl Upstream {
         method: &str,
         params: &[u8],
         progress: Option<&ProgressSink>,
+        auth: http::Auth<'_>,
     ) -> Result<Reply, UpstreamError> {
         match era {
-            Era::Legacy(session) => self.send_legacy(session, method, params, progress).await,
-            _ => self.send_modern(method, params, progress).await,
+            Era::Legacy(session) => self.send_legacy(session, method, params, progress, auth).await,
+            _ => self.send_modern(method, params, progress, auth).await,
         }
     }
 
@@ -359,13 +408,15 @@ impl Upstream {
         method: &str,
         params: &[u8],
         progress: Option<&ProgressSink>,
+        auth: http::Auth<'_>,
     ) -> Result<Reply, UpstreamError> {
         let id = self.next_id();
         let body: Bytes = encode_request(&id, method, params);
         match &self.0.transport {
             Transport::Http(t) => {
                 let headers = http::Headers::modern(method, params, |tool| self.0.catalog.param_headers(tool));
-                let ex = t.exchange(id.as_json(), body, &headers, &legacy::answer_server_request, progress).await?;
+                let ex =
+                    t.exchange(id.as_json(), body, &headers, auth, &legacy::answer_server_request, progress).await?;
                 Ok(ex.reply.with_status(ex.status))
             }
             Transport::Stdio(t) => t.exchange(id.as_json(), body).await,
@@ -378,6 +429,7 @@ impl Upstream {
         method: &str,
         params: &[u8],
         progress: Option<&ProgressSink>,
+        auth: http::Auth<'_>,
     ) -> Result<Reply, UpstreamError> {
         let params = legacy::translate_params(params);
         let id = self.next_id();
@@ -385,8 +437,13 @@ impl Upstream {
         let reply = match &self.0.transport {
             Transport::Http(t) => {
                 let headers = http::Headers::Legacy { version: &session.version, session: session.id.as_deref() };
-                match t.exchange(id.as_json(), body, &headers, &legacy::answer_server_request, progress).await {
+                match t.exchange(id.as_json(), body, &headers, auth, &legacy::answer_server_request, progress).await {
                     Ok(ex) if http::session_lost(ex.status, Some(&ex.reply)) => return Err(self.session_lost()),
+                    // The proxy's credential was refused: an upstream failure (and a cue to
+                    // refresh the token), not an answer for the client.
+                    Ok(ex) if ex.status == ::http::StatusCode::UNAUTHORIZED => {
+                        return Err(UpstreamError::Status { upstream: self.name().to_owned(), status: 401 });
+                    }
                     Ok(ex) => ex.reply,
                     Err(UpstreamError::Status { status: 404, .. }) => return Err(self.session_lost()),
                     Err(e) => return Err(e),
@@ -406,17 +463,20 @@ impl Upstream {
         params: &[u8],
         relay: Vec<String>,
         progress: Option<&ProgressSink>,
+        on: OnBehalf<'_>,
     ) -> Result<Relayed, UpstreamError> {
         let timeout = self.0.config.timeout;
         let deadline = Instant::now() + timeout;
         let timed_out = || UpstreamError::Timeout { upstream: self.name().to_owned(), after: timeout };
         let era = self.wait_era(deadline).await;
         let (Era::Legacy(session), Transport::Http(t)) = (&era, &self.0.transport) else {
-            return self.request_with(method, params, progress).await.map(Relayed::Done);
+            return self.request_with(method, params, progress, on).await.map(Relayed::Done);
         };
         if relay.is_empty() {
-            return self.request_with(method, params, progress).await.map(Relayed::Done);
+            return self.request_with(method, params, progress, on).await.map(Relayed::Done);
         }
+        let auth = timeout_at(deadline, self.auth_for(on)).await.map_err(|_| timed_out())??;
+        let header = auth.as_deref().map(|a| a.header());
         let permit = timeout_at(deadline, self.0.in_flight.clone().acquire_owned())
             .await
             .map_err(|_| timed_out())?
@@ -425,19 +485,24 @@ impl Upstream {
         let id = self.next_id();
         let body = encode_request(&id, method, &translated);
         let headers = http::Headers::Legacy { version: &session.version, session: session.id.as_deref() };
-        let opened = timeout_at(deadline, t.open(id.as_json(), body, &headers)).await.map_err(|_| timed_out())??;
+        let opened =
+            timeout_at(deadline, t.open(id.as_json(), body, &headers, header)).await.map_err(|_| timed_out())??;
         match opened {
             http::Opened::Reply(ex) => {
                 if http::session_lost(ex.status, Some(&ex.reply)) {
                     drop(permit);
                     // A fresh session, then the plain path (no questions can be relayed there).
                     self.reinitialize(&era).await?;
-                    return self.request(method, params).await.map(Relayed::Done);
+                    return self.request_with(method, params, None, on).await.map(Relayed::Done);
                 }
                 Ok(Relayed::Done(legacy::translate_reply(method, &translated, ex.reply, &self.0.config)))
             }
             http::Opened::Stream { body, .. } => {
-                let owned = relay::OwnedHeaders { version: session.version.clone(), session: session.id.clone() };
+                let owned = relay::OwnedHeaders {
+                    version: session.version.clone(),
+                    session: session.id.clone(),
+                    auth: header.cloned(),
+                };
                 let held = relay::hold(
                     t.clone(),
                     owned,
@@ -511,7 +576,8 @@ impl Upstream {
         match &self.0.transport {
             Transport::Http(t) => {
                 let headers = http::Headers::modern(method, &params, |_| Arc::from(Vec::new()));
-                match t.open(&id_json, body, &headers).await? {
+                let auth = self.proxy_auth().await?;
+                match t.open(&id_json, body, &headers, auth.as_deref().map(|a| a.header())).await? {
                     http::Opened::Stream { body, .. } => {
                         Ok(listen::UpstreamListen::http(id_json, body, t.max_message()))
                     }
@@ -546,6 +612,16 @@ impl Upstream {
             Transport::Http(_) => std::future::pending().await,
             Transport::Stdio(t) => t.wait_generation_change(seen).await,
         }
+    }
+}
+
+/// Whether the upstream refused the request's credential: HTTP 401, with or without a
+/// JSON-RPC error body.
+fn unauthorized(result: &Result<Reply, UpstreamError>) -> bool {
+    match result {
+        Err(UpstreamError::Status { status, .. }) => *status == 401,
+        Ok(Reply::Error(e)) => e.http_status == Some(401),
+        _ => false,
     }
 }
 

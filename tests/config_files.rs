@@ -16,6 +16,7 @@ fn every_shipped_config_file_is_valid() {
                 .env("DOCS_TOKEN", "Bearer example")
                 .env("TICKETS_TOKEN", "Bearer example")
                 .env("RESMUX_CURSOR_SECRET", "an example secret of enough length")
+                .env("RESMUX_REMOTE_SECRET", "example")
                 .output()
                 .unwrap();
             assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));

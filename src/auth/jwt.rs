@@ -197,6 +197,7 @@ impl Verifier {
             id: format!("{}#{sub}", self.issuer),
             groups: strings(claims.get(&self.groups_claim)),
             scopes: strings(claims.get("scope").filter(|v| v.is_string()).or_else(|| claims.get("scp"))),
+            token: Some(super::BearerToken::new(token)),
         })
     }
 

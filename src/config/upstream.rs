@@ -42,10 +42,17 @@ pub struct UpstreamConfig {
     /// fail the whole list (`fail_closed`).
     #[serde(default)]
     pub on_error: OnError,
-    /// Headers sent on every request to this upstream (credentials). The downstream
-    /// `Authorization` header is never forwarded.
+    /// Headers sent on every request to this upstream (a static credential, say
+    /// `Authorization = { env = "DOCS_TOKEN" }`). Hop-by-hop headers (`Connection`,
+    /// `Keep-Alive`, `Proxy-*`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`) and the framing
+    /// headers `Host` and `Content-Length` are refused. The downstream `Authorization` header
+    /// and cookies are never forwarded.
     #[serde(default)]
     pub headers: BTreeMap<String, SecretSource>,
+    /// How the proxy authenticates to this upstream (`[upstream.credential]`, see
+    /// [`Credential`]). Default `static`: the `headers` above, nothing more.
+    #[serde(default)]
+    pub credential: Credential,
     /// Largest accepted upstream message (response body, SSE event or stdio line). Default
     /// 16 MiB.
     #[serde(default = "default_max_message")]
@@ -125,6 +132,7 @@ impl UpstreamConfig {
             max_in_flight: default_in_flight(),
             on_error: OnError::default(),
             headers: BTreeMap::new(),
+            credential: Credential::Static {},
             max_message_bytes: default_max_message(),
             default_ttl: Duration::ZERO,
             default_scope: CacheScopeDefault::default(),
@@ -169,6 +177,141 @@ pub enum CacheScopeDefault {
     Public,
 }
 
+/// How the proxy authenticates to one upstream (DESIGN §6). Whatever the kind, the downstream
+/// caller's own `Authorization` header and cookies never reach the upstream.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Credential {
+    /// The configured `headers` only (the default). (A struct variant, so that unknown keys
+    /// beside `kind` are refused.)
+    Static {},
+    /// OAuth 2.0 client credentials (RFC 6749 §4.4): the proxy's own token, fetched from
+    /// `token_url`, cached and refreshed before it expires, sent as `Authorization: Bearer`.
+    ClientCredentials(OAuthClient),
+    /// OAuth 2.0 Token Exchange (RFC 8693): the caller's own bearer token (a JWT verified by
+    /// `[auth.jwt]`) is exchanged at `token_url` for one scoped to this upstream
+    /// (`audience` / `resource`), cached per caller until it expires. The upstream learns the
+    /// user from the exchanged token and never sees the caller's.
+    TokenExchange(OAuthClient),
+}
+
+impl Default for Credential {
+    fn default() -> Self {
+        Credential::Static {}
+    }
+}
+
+impl Credential {
+    /// The OAuth client settings, for the OAuth kinds.
+    pub fn oauth(&self) -> Option<&OAuthClient> {
+        match self {
+            Credential::Static {} => None,
+            Credential::ClientCredentials(c) | Credential::TokenExchange(c) => Some(c),
+        }
+    }
+}
+
+/// An OAuth 2.0 client of an authorization server's token endpoint.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthClient {
+    /// The token endpoint, `http://` or `https://` (system roots, plus `tls_ca_file`).
+    pub token_url: String,
+    /// The proxy's client id at the authorization server.
+    pub client_id: String,
+    /// The client secret (`env` or `file`; `value` only for tests).
+    pub client_secret: SecretSource,
+    /// How the client authenticates: `basic` (HTTP Basic, the RFC 6749 §2.3.1 default) or
+    /// `body` (`client_id` and `client_secret` form parameters). Default `basic`.
+    #[serde(default)]
+    pub client_auth: ClientAuth,
+    /// `scope` requested (space-separated). Default: none (the server's default).
+    #[serde(default)]
+    pub scope: Option<String>,
+    /// `audience` requested: the upstream's logical name at the authorization server.
+    /// Default: none.
+    #[serde(default)]
+    pub audience: Option<String>,
+    /// `resource` requested (RFC 8707): the upstream's URI. Default: none.
+    #[serde(default)]
+    pub resource: Option<String>,
+    /// How long before its expiry a token is replaced: a token issued for `expires_in` is used
+    /// until `expires_in - min(refresh_before, expires_in / 2)`. Default 30 s.
+    #[serde(default = "default_refresh_before", with = "humantime_serde")]
+    pub refresh_before: Duration,
+    /// Lifetime assumed when the token response has no `expires_in`. Default 5 min.
+    #[serde(default = "default_token_lifetime", with = "humantime_serde")]
+    pub default_lifetime: Duration,
+    /// Deadline for one token request, connection included. Default 10 s.
+    #[serde(default = "default_token_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// `token_exchange` only: most exchanged tokens kept (one per caller and caller token);
+    /// the least recently used go first. Default 10,000.
+    #[serde(default)]
+    pub max_cached_tokens: Option<u64>,
+    /// `token_exchange` only: what the proxy's own requests to the upstream (discovery,
+    /// catalog walks, the hub's standing listens, legacy handshakes), made on nobody's
+    /// behalf, carry: `client_credentials` (a token of the proxy's own from the same client,
+    /// the default) or `none` (no `Authorization`).
+    #[serde(default)]
+    pub proxy_requests: ProxyRequests,
+    /// A PEM file of CA certificates trusted for `token_url` in addition to the system roots.
+    /// Default: none.
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
+}
+
+impl OAuthClient {
+    /// The exchanged-token cache bound.
+    pub fn max_cached_tokens(&self) -> u64 {
+        self.max_cached_tokens.unwrap_or(DEFAULT_MAX_CACHED_TOKENS)
+    }
+}
+
+/// Default `max_cached_tokens`.
+pub const DEFAULT_MAX_CACHED_TOKENS: u64 = 10_000;
+
+/// How an OAuth client authenticates to the token endpoint.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientAuth {
+    /// `Authorization: Basic` with the form-encoded id and secret (RFC 6749 §2.3.1).
+    #[default]
+    Basic,
+    /// `client_id` and `client_secret` in the request body.
+    Body,
+}
+
+/// What a `token_exchange` upstream's requests on nobody's behalf carry.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ProxyRequests {
+    /// A client-credentials token of the proxy's own.
+    #[default]
+    ClientCredentials,
+    /// No `Authorization` header.
+    None,
+}
+
+/// Why a secret cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("environment variable `{var}` is not set")]
+    Env {
+        var: String,
+        #[source]
+        source: std::env::VarError,
+    },
+    #[error("cannot read `{}`", path.display())]
+    File {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("set exactly one of `env`, `file` or `value`")]
+    Ambiguous,
+}
+
 /// A secret value: from an environment variable, a file, or (discouraged) inline.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -186,16 +329,16 @@ pub struct SecretSource {
 
 impl SecretSource {
     /// Reads the secret.
-    pub fn resolve(&self) -> Result<String, String> {
+    pub fn resolve(&self) -> Result<String, SecretError> {
         match (&self.env, &self.file, &self.value) {
             (Some(var), None, None) => {
-                std::env::var(var).map_err(|_| format!("environment variable `{var}` is not set"))
+                std::env::var(var).map_err(|source| SecretError::Env { var: var.clone(), source })
             }
             (None, Some(path), None) => std::fs::read_to_string(path)
                 .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
-                .map_err(|e| format!("cannot read `{}`: {e}", path.display())),
+                .map_err(|source| SecretError::File { path: path.clone(), source }),
             (None, None, Some(v)) => Ok(v.clone()),
-            _ => Err("set exactly one of `env`, `file` or `value`".into()),
+            _ => Err(SecretError::Ambiguous),
         }
     }
 }
@@ -217,4 +360,13 @@ fn default_protocol() -> String {
 }
 fn default_restart_max() -> Duration {
     Duration::from_secs(30)
+}
+fn default_refresh_before() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_token_lifetime() -> Duration {
+    Duration::from_secs(300)
+}
+fn default_token_timeout() -> Duration {
+    Duration::from_secs(10)
 }

@@ -2,7 +2,33 @@
 
 use std::collections::HashSet;
 
-use super::{ASYMMETRIC_ALGORITHMS, AllowRule, AuthConfig, AuthMode, Config, UpstreamConfig};
+use super::{ASYMMETRIC_ALGORITHMS, AllowRule, AuthConfig, AuthMode, Config, Credential, UpstreamConfig};
+
+/// Headers a configured `headers` entry may not set: hop-by-hop headers (RFC 9110 §7.6.1)
+/// and the framing the HTTP client owns.
+const FORBIDDEN_HEADERS: [&str; 11] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+];
+
+/// Whether a configured header name is refused (see [`FORBIDDEN_HEADERS`]; any `Proxy-*`).
+pub fn forbidden_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    FORBIDDEN_HEADERS.contains(&name.as_str()) || name.starts_with("proxy-")
+}
+
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    crate::tls::error_chain(e)
+}
 
 /// Longest upstream name: it becomes a URI scheme prefix and a tool-name prefix.
 const MAX_NAME: usize = 63;
@@ -18,15 +44,20 @@ impl Config {
     pub fn secret_problems(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         if let Some(secret) = &self.proxy.cursor_secret
-            && let Err(m) = secret.resolve()
+            && let Err(e) = secret.resolve()
         {
-            out.push(("proxy.cursor_secret".to_owned(), m));
+            out.push(("proxy.cursor_secret".to_owned(), chain(&e)));
         }
         for (i, up) in self.upstreams.iter().enumerate() {
             for (name, secret) in &up.headers {
-                if let Err(m) = secret.resolve() {
-                    out.push((format!("upstream[{i}].headers"), format!("`{name}`: {m}")));
+                if let Err(e) = secret.resolve() {
+                    out.push((format!("upstream[{i}].headers"), format!("`{name}`: {}", chain(&e))));
                 }
+            }
+            if let Some(oauth) = up.credential.oauth()
+                && let Err(e) = oauth.client_secret.resolve()
+            {
+                out.push((format!("upstream[{i}].credential.client_secret"), chain(&e)));
             }
         }
         out
@@ -78,9 +109,9 @@ impl Config {
             err("cache.max_entry_bytes".into(), "must not exceed cache.max_bytes");
         }
         if let Some(secret) = &self.proxy.cursor_secret
-            && let Err(m) = secret.resolve()
+            && let Err(e) = secret.resolve()
         {
-            err("proxy.cursor_secret".into(), &m);
+            err("proxy.cursor_secret".into(), &chain(&e));
         }
         if let Err(e) = self.admin.socket_addr() {
             err("admin.addr".into(), &format!("not a socket address: {e}"));
@@ -96,6 +127,9 @@ impl Config {
             let at = |field: &str| format!("upstream[{i}].{field}");
             for (field, msg) in check_upstream(up) {
                 err(at(field), &msg);
+            }
+            for (field, msg) in check_credential(up, &self.auth) {
+                err(at(&field), &msg);
             }
             if !seen.insert(up.name.as_str()) {
                 err(at("name"), &format!("duplicate upstream name `{}`", up.name));
@@ -153,8 +187,78 @@ fn check_upstream(up: &UpstreamConfig) -> Vec<(&'static str, String)> {
     for (name, secret) in &up.headers {
         if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
             errors.push(("headers", format!("`{name}` is not a valid header name")));
-        } else if let Err(m) = secret.resolve() {
-            errors.push(("headers", format!("`{name}`: {m}")));
+        } else if forbidden_header(name) {
+            errors.push((
+                "headers",
+                format!("`{name}` is a hop-by-hop or framing header, which the proxy never forwards or sets"),
+            ));
+        } else if let Err(e) = secret.resolve() {
+            errors.push(("headers", format!("`{name}`: {}", chain(&e))));
+        }
+    }
+    errors
+}
+
+/// `[upstream.credential]`: an OAuth kind needs an HTTP upstream, a usable token endpoint
+/// and secret, no static `Authorization` beside it; token exchange needs JWT callers.
+fn check_credential(up: &UpstreamConfig, auth: &AuthConfig) -> Vec<(String, String)> {
+    let mut errors = Vec::new();
+    let Some(oauth) = up.credential.oauth() else { return errors };
+    let mut err = |key: &str, msg: String| errors.push((format!("credential.{key}"), msg));
+    if up.url.is_none() {
+        err("kind", "an OAuth credential applies only to an HTTP upstream (`url`)".into());
+    }
+    if up.headers.keys().any(|h| h.eq_ignore_ascii_case("authorization")) {
+        err("kind", "`headers` sets `Authorization` too: use one or the other".into());
+    }
+    if let Err(m) = check_url(&oauth.token_url) {
+        err("token_url", m);
+    }
+    if oauth.client_id.is_empty() {
+        err("client_id", "must not be empty".into());
+    }
+    if let Err(e) = oauth.client_secret.resolve() {
+        err("client_secret", chain(&e));
+    }
+    if oauth.timeout.is_zero() {
+        err("timeout", "must be positive".into());
+    }
+    if oauth.default_lifetime.is_zero() {
+        err("default_lifetime", "must be positive".into());
+    }
+    if let Some(r) = &oauth.resource
+        && let Err(m) = canonical_resource(r)
+    {
+        err("resource", m);
+    }
+    if let Some(ca) = &oauth.tls_ca_file
+        && let Err(e) = crate::tls::client_config(crate::tls::ClientTls { ca_file: Some(ca), identity: None })
+    {
+        err("tls_ca_file", chain(&e));
+    }
+    match &up.credential {
+        Credential::TokenExchange(_) => {
+            if oauth.max_cached_tokens == Some(0) {
+                err("max_cached_tokens", "must be at least 1".into());
+            }
+            if !auth.mode.has(AuthMode::Jwt) {
+                // API keys are the proxy's own secrets: sending one to an authorization
+                // server would leak it, and no server could verify it anyway.
+                err(
+                    "kind",
+                    "`token_exchange` exchanges the caller's JWT: [auth] `mode` must include `jwt` \
+                     (anonymous and API-key callers have no token to exchange)"
+                        .into(),
+                );
+            }
+        }
+        _ => {
+            if oauth.max_cached_tokens.is_some() {
+                err("max_cached_tokens", "applies only to `token_exchange`".into());
+            }
+            if oauth.proxy_requests != super::ProxyRequests::default() {
+                err("proxy_requests", "applies only to `token_exchange`".into());
+            }
         }
     }
     errors
@@ -404,6 +508,69 @@ mod tests {
         let errors = crate::config::parse(open).unwrap_err();
         assert_eq!(errors.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(), ["auth.mode"]);
         assert!(crate::config::parse(&format!("{open}[auth]\nallow_anonymous = true\n")).is_ok());
+    }
+
+    #[test]
+    fn credential_errors_are_reported_at_once() {
+        let text = r#"
+            [[upstream]]
+            name = "a"
+            url = "http://127.0.0.1:9001/mcp"
+            headers = { Connection = { value = "close" }, Proxy-Authorization = { value = "x" }, X-Ok = { value = "1" } }
+            [[upstream]]
+            name = "b"
+            command = ["srv"]
+            headers = { authorization = { value = "Bearer s" } }
+            [upstream.credential]
+            kind = "client_credentials"
+            token_url = "ftp://idp/token"
+            client_id = ""
+            client_secret = { env = "RESMUX_TEST_UNSET_SECRET" }
+            max_cached_tokens = 5
+            [[upstream]]
+            name = "c"
+            url = "http://127.0.0.1:9002/mcp"
+            [upstream.credential]
+            kind = "token_exchange"
+            token_url = "http://idp/token"
+            client_id = "resmux"
+            client_secret = { value = "s" }
+            max_cached_tokens = 0
+        "#;
+        let errors = crate::config::parse(text).unwrap_err();
+        let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths.iter().filter(|p| **p == "upstream[0].headers").count(), 2, "{paths:?}");
+        for want in [
+            "upstream[1].credential.kind",
+            "upstream[1].credential.token_url",
+            "upstream[1].credential.client_id",
+            "upstream[1].credential.client_secret",
+            "upstream[1].credential.max_cached_tokens",
+            "upstream[2].credential.max_cached_tokens",
+            "upstream[2].credential.kind",
+        ] {
+            assert!(paths.contains(&want), "{want} missing from {paths:?}");
+        }
+        assert_eq!(
+            paths.iter().filter(|p| **p == "upstream[1].credential.kind").count(),
+            2,
+            "stdio, and Authorization"
+        );
+        let unset = errors.iter().find(|e| e.path == "upstream[1].credential.client_secret").unwrap();
+        assert!(unset.message.contains("RESMUX_TEST_UNSET_SECRET"), "{}", unset.message);
+        // Unknown keys in the credential are refused, and a usable one passes.
+        let bad = "[[upstream]]\nname = \"a\"\nurl = \"http://x/mcp\"\n[upstream.credential]\nkind = \"static\"\ncolour = 1\n";
+        assert!(crate::config::parse(bad).is_err());
+        let good = "[[upstream]]\nname = \"a\"\nurl = \"http://x/mcp\"\n[upstream.credential]\nkind = \"client_credentials\"\n\
+                    token_url = \"https://idp/token\"\nclient_id = \"r\"\nclient_secret = { value = \"s\" }\nclient_auth = \"body\"\n";
+        let good_with = |extra: &str| format!("{good}{extra}");
+        assert!(crate::config::parse(&good_with("colour = 1\n")).is_err(), "unknown OAuth keys are refused");
+        let config = crate::config::parse(good).unwrap();
+        let oauth = config.upstreams[0].credential.oauth().unwrap();
+        assert_eq!(
+            (oauth.client_auth, oauth.refresh_before),
+            (super::super::ClientAuth::Body, std::time::Duration::from_secs(30))
+        );
     }
 
     #[test]

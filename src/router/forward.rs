@@ -1,6 +1,7 @@
 //! Requests answered by one upstream: `resources/read`, `tools/call`, `prompts/get` and
 //! `completion/complete`, routed by namespace and rewritten both ways.
 
+use crate::upstream::OnBehalf;
 use bytes::Bytes;
 
 use super::cached::{Fetched, Got};
@@ -53,7 +54,10 @@ impl Router {
     async fn fetch_read(&self, call: &Call<'_>, index: usize, uri: &str) -> Result<Fetched, Error> {
         let upstream = &self.0.upstreams[index];
         let params = call.upstream_params(upstream, |p| p.set_string("uri", uri));
-        let body = match upstream.request(m::RESOURCES_READ, &params).await? {
+        let body = match upstream
+            .request_with(m::RESOURCES_READ, &params, None, OnBehalf::Caller(call.principal))
+            .await?
+        {
             Reply::Result(body) => body,
             Reply::Error(e) if is_not_found(&e) => {
                 return Ok(Fetched { got: Got::NotFound, stored: Some(Stored::NotFound), public: false, ttl_ms: 0 });
@@ -182,7 +186,7 @@ impl Router {
         for (n, &index) in candidates.iter().enumerate() {
             let upstream = &self.0.upstreams[index];
             let params = call.upstream_params(upstream, |p| set(p, value));
-            let reply = upstream.request(call.method, &params).await?;
+            let reply = upstream.request_with(call.method, &params, None, OnBehalf::Caller(call.principal)).await?;
             let more = n + 1 < candidates.len();
             match &reply {
                 Reply::Error(e) if more && is_not_found(e) => {

@@ -5,6 +5,7 @@
 //! each bound to the caller (principal or anonymous `_meta` digest), method and target that started it; the state itself never
 //! leaves the proxy. Held calls are bounded in number and lifetime.
 
+use crate::upstream::OnBehalf;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -84,8 +85,15 @@ impl Router {
     pub(super) async fn call_relaying(&self, call: &Call<'_>, index: usize, target: &str) -> Result<Answer, Error> {
         let upstream = &self.0.upstreams[index];
         let params = call.upstream_params(upstream, |p| p.set_string("name", target));
-        let outcome =
-            upstream.call_relayed(call.method, &params, relayable(&call.meta), call.progress.as_ref()).await?;
+        let outcome = upstream
+            .call_relayed(
+                call.method,
+                &params,
+                relayable(&call.meta),
+                call.progress.as_ref(),
+                OnBehalf::Caller(call.principal),
+            )
+            .await?;
         self.relayed_answer(call, index, target, outcome)
     }
 

@@ -3,6 +3,7 @@
 //! carries each remaining upstream's own cursor. Following it reaches every page of every
 //! upstream exactly once.
 
+use crate::upstream::OnBehalf;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
@@ -202,7 +203,7 @@ impl Router {
     ) -> Result<Fetched, Error> {
         let upstream = &self.0.upstreams[index];
         let params = call.upstream_params(upstream, |p| set_cursor(p, cursor));
-        let body = match upstream.request(kind.method, &params).await? {
+        let body = match upstream.request_with(kind.method, &params, None, OnBehalf::Caller(call.principal)).await? {
             Reply::Result(body) => body,
             Reply::Error(e) => {
                 return Ok(Fetched { got: Got::Relayed(e), stored: None, public: false, ttl_ms: 0 });

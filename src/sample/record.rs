@@ -18,8 +18,9 @@ pub struct Recorded {
     pub http_method: String,
     /// The JSON-RPC method (`None` for GET, DELETE and responses).
     pub method: Option<String>,
-    /// The protocol headers: `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`,
-    /// `Mcp-Session-Id` and every `Mcp-Param-*`, lowercased names, in arrival order.
+    /// The protocol headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`,
+    /// `Mcp-Session-Id` and every `Mcp-Param-*`) and the credential headers (`Authorization`,
+    /// `Cookie`, and any `X-*`), lowercased names, in arrival order.
     pub headers: Vec<(String, String)>,
     /// `params` as sent (`Null` when absent or unreadable).
     pub params: Value,
@@ -73,6 +74,9 @@ impl Recorder {
                     || k == mcp::H_NAME
                     || k == mcp::H_SESSION_ID
                     || k.starts_with(mcp::H_PARAM_PREFIX)
+                    || k == "authorization"
+                    || k == "cookie"
+                    || k.starts_with("x-")
             })
             .map(|(k, v)| (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
             .collect();

@@ -31,7 +31,9 @@ impl Upstream {
             return self.initialize(pinned).await.map(|_| ()).map_err(|e| e.to_string());
         }
         let params = own_params();
-        let probe = self.send_modern(mcp::method::DISCOVER, params.as_bytes(), None);
+        let auth = self.proxy_auth().await.map_err(|e| e.to_string())?;
+        let probe =
+            self.send_modern(mcp::method::DISCOVER, params.as_bytes(), None, auth.as_deref().map(|a| a.header()));
         let answer = match &self.0.transport {
             Transport::Stdio(_) => match tokio::time::timeout(STDIO_PROBE_TIMEOUT, probe).await {
                 Ok(a) => a,
@@ -63,12 +65,14 @@ impl Upstream {
     /// Runs the legacy handshake and installs the session. Announces a gap to the hub (a new
     /// session has no subscriptions) and, over HTTP, starts the session's GET stream.
     pub(super) async fn initialize(&self, version: &str) -> Result<Era, UpstreamError> {
+        let auth = self.proxy_auth().await?;
+        let auth = auth.as_deref().map(|a| a.header());
         let id = self.next_id();
         let body = encode_request(&id, "initialize", &legacy::initialize_params(version));
         let (reply, session_id) = match &self.0.transport {
             Transport::Http(t) => {
                 let headers = http::Headers::Legacy { version, session: None };
-                let ex = t.exchange(id.as_json(), body, &headers, &legacy::answer_server_request, None).await?;
+                let ex = t.exchange(id.as_json(), body, &headers, auth, &legacy::answer_server_request, None).await?;
                 (ex.reply, ex.session)
             }
             Transport::Stdio(t) => (t.exchange(id.as_json(), body).await?, None),
@@ -93,7 +97,7 @@ impl Upstream {
         match &self.0.transport {
             Transport::Http(t) => {
                 let headers = http::Headers::Legacy { version: &session.version, session: session.id.as_deref() };
-                t.post_message(initialized, &headers).await?;
+                t.post_message(initialized, &headers, auth).await?;
             }
             Transport::Stdio(t) => t.send_line(initialized).await?,
         }
@@ -171,9 +175,22 @@ async fn get_stream(upstream: Upstream, session: Arc<Session>, cancel: tokio_uti
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
     let mut connected_before = false;
     while !cancel.is_cancelled() && upstream.is_current(&session) {
+        // The proxy's own credential, fetched anew on each connect (a token may have expired).
+        let auth = match upstream.proxy_auth().await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!(upstream = %upstream.name(), error = %e, "no credential for the legacy GET stream; retrying");
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(backoff.next_delay()) => {}
+                }
+                continue;
+            }
+        };
+        let auth = auth.as_deref().map(|a| a.header());
         let opened = tokio::select! {
             _ = cancel.cancelled() => return,
-            r = t.get_stream(&headers, last_id.as_deref()) => r,
+            r = t.get_stream(&headers, auth, last_id.as_deref()) => r,
         };
         match opened {
             Ok(Ok(body)) => {
@@ -203,7 +220,7 @@ async fn get_stream(upstream: Upstream, session: Arc<Session>, cancel: tokio_uti
                     if let Some(ms) = event.retry {
                         retry = Duration::from_millis(ms.min(60_000));
                     }
-                    handle_message(&upstream, t, &headers, Bytes::from(event.data)).await;
+                    handle_message(&upstream, t, &headers, auth, Bytes::from(event.data)).await;
                 }
                 tracing::debug!(upstream = %upstream.name(), "legacy GET stream ended; reconnecting");
                 tokio::select! {
@@ -238,7 +255,13 @@ async fn get_stream(upstream: Upstream, session: Arc<Session>, cancel: tokio_uti
     }
 }
 
-async fn handle_message(upstream: &Upstream, t: &http::HttpTransport, headers: &http::Headers<'_>, message: Bytes) {
+async fn handle_message(
+    upstream: &Upstream,
+    t: &http::HttpTransport,
+    headers: &http::Headers<'_>,
+    auth: http::Auth<'_>,
+    message: Bytes,
+) {
     let Ok(text) = std::str::from_utf8(&message) else { return };
     let Ok(msg) = Incoming::parse(text) else { return }; // priming events carry no data
     match msg.kind {
@@ -249,7 +272,7 @@ async fn handle_message(upstream: &Upstream, t: &http::HttpTransport, headers: &
         }
         Kind::Request => {
             if let Some(answer) = legacy::answer_server_request(&msg) {
-                let _ = t.post_message(answer, headers).await;
+                let _ = t.post_message(answer, headers, auth).await;
             }
         }
         Kind::Response => {}

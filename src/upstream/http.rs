@@ -76,6 +76,9 @@ pub struct Exchanged {
 
 pub use super::headers::{Headers, Mirrored, ParamHeader};
 
+/// The `Authorization` value of an upstream credential, when it sends one.
+pub type Auth<'a> = Option<&'a HeaderValue>;
+
 /// How a legacy upstream signals "your session is gone": 404, or (as the TypeScript SDK's
 /// example servers do) 400 with a -32000 error about the session.
 pub fn session_lost(status: StatusCode, reply: Option<&Reply>) -> bool {
@@ -104,9 +107,15 @@ impl HttpTransport {
         UpstreamError::Disconnected { upstream: self.name.clone(), reason: reason.to_string() }
     }
 
-    /// The header map of a request: configured credentials plus the protocol headers.
-    fn header_map(&self, headers: &Headers<'_>) -> HeaderMap {
+    /// The header map of a request: configured static headers, the upstream credential
+    /// (`auth`, an `Authorization` value) and the protocol headers. Nothing of the
+    /// downstream request is copied here: its `Authorization`, cookies and hop-by-hop
+    /// headers never reach the upstream.
+    fn header_map(&self, headers: &Headers<'_>, auth: Auth<'_>) -> HeaderMap {
         let mut h = self.headers.clone();
+        if let Some(auth) = auth {
+            h.insert(http::header::AUTHORIZATION, auth.clone());
+        }
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         h.insert(ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
         headers.apply(&mut h);
@@ -141,13 +150,14 @@ impl HttpTransport {
         id: &str,
         body: Bytes,
         headers: &Headers<'_>,
+        auth: Auth<'_>,
         answer: &(dyn Fn(&Incoming<'_>) -> Option<Bytes> + Sync),
         progress: Option<&ProgressSink>,
     ) -> Result<Exchanged, UpstreamError> {
-        match self.open(id, body, headers).await? {
+        match self.open(id, body, headers, auth).await? {
             Opened::Reply(exchanged) => Ok(exchanged),
             Opened::Stream { body, session } => {
-                let reply = self.read_sse(id, body, headers, answer, progress).await?;
+                let reply = self.read_sse(id, body, headers, auth, answer, progress).await?;
                 Ok(Exchanged { reply, status: StatusCode::OK, session })
             }
         }
@@ -155,8 +165,14 @@ impl HttpTransport {
 
     /// Sends one request; an SSE answer is handed back unread (listen streams), any other
     /// answer is read and decoded.
-    pub async fn open(&self, id: &str, body: Bytes, headers: &Headers<'_>) -> Result<Opened, UpstreamError> {
-        let resp = self.send(Method::POST, self.header_map(headers), body).await?;
+    pub async fn open(
+        &self,
+        id: &str,
+        body: Bytes,
+        headers: &Headers<'_>,
+        auth: Auth<'_>,
+    ) -> Result<Opened, UpstreamError> {
+        let resp = self.send(Method::POST, self.header_map(headers, auth), body).await?;
         let status = resp.status();
         let session = resp.headers().get(mcp::H_SESSION_ID).and_then(|v| v.to_str().ok()).map(str::to_owned);
         if is_sse(resp.headers()) && status.is_success() {
@@ -177,8 +193,13 @@ impl HttpTransport {
     }
 
     /// POSTs a notification or a response (answered with 202).
-    pub async fn post_message(&self, body: Bytes, headers: &Headers<'_>) -> Result<StatusCode, UpstreamError> {
-        let resp = self.send(Method::POST, self.header_map(headers), body).await?;
+    pub async fn post_message(
+        &self,
+        body: Bytes,
+        headers: &Headers<'_>,
+        auth: Auth<'_>,
+    ) -> Result<StatusCode, UpstreamError> {
+        let resp = self.send(Method::POST, self.header_map(headers, auth), body).await?;
         let status = resp.status();
         let _ = self.collect(resp.into_body()).await;
         Ok(status)
@@ -188,9 +209,10 @@ impl HttpTransport {
     pub async fn get_stream(
         &self,
         headers: &Headers<'_>,
+        auth: Auth<'_>,
         last_event_id: Option<&str>,
     ) -> Result<Result<hyper::body::Incoming, StatusCode>, UpstreamError> {
-        let mut h = self.header_map(headers);
+        let mut h = self.header_map(headers, auth);
         h.remove(CONTENT_TYPE);
         h.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
         if let Some(last) = last_event_id {
@@ -206,8 +228,8 @@ impl HttpTransport {
     }
 
     /// Ends a legacy session (DELETE), best effort.
-    pub async fn delete_session(&self, headers: &Headers<'_>) {
-        let mut h = self.header_map(headers);
+    pub async fn delete_session(&self, headers: &Headers<'_>, auth: Auth<'_>) {
+        let mut h = self.header_map(headers, auth);
         h.remove(CONTENT_TYPE);
         if let Ok(resp) = self.send(Method::DELETE, h, Bytes::new()).await {
             let _ = self.collect(resp.into_body()).await;
@@ -234,6 +256,7 @@ impl HttpTransport {
         id: &str,
         body: hyper::body::Incoming,
         headers: &Headers<'_>,
+        auth: Auth<'_>,
         answer: &(dyn Fn(&Incoming<'_>) -> Option<Bytes> + Sync),
         progress: Option<&ProgressSink>,
     ) -> Result<Reply, UpstreamError> {
@@ -253,7 +276,7 @@ impl HttpTransport {
                 // A legacy server may ask the client something while it works on the call.
                 Kind::Request => {
                     if let Some(response) = answer(&msg) {
-                        let _ = self.post_message(response, headers).await;
+                        let _ = self.post_message(response, headers, auth).await;
                     }
                 }
                 Kind::Notification if msg.method() == mcp::method::PROGRESS => {
@@ -287,16 +310,47 @@ fn header(value: &str) -> HeaderValue {
     HeaderValue::from_str(value).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
 }
 
-/// Resolves configured header secrets into a header map.
+/// Why a configured header cannot be sent.
+#[derive(Debug, thiserror::Error)]
+pub enum StaticHeaderError {
+    #[error("`{name}` is not a valid header name")]
+    Name {
+        name: String,
+        #[source]
+        source: http::header::InvalidHeaderName,
+    },
+    #[error("`{name}`")]
+    Secret {
+        name: String,
+        #[source]
+        source: crate::config::SecretError,
+    },
+    #[error("`{name}` is not a valid header value")]
+    Value {
+        name: String,
+        #[source]
+        source: http::header::InvalidHeaderValue,
+    },
+}
+
+/// Resolves configured header secrets into a header map. Hop-by-hop and framing headers,
+/// which validation refuses, are left out here too; values are marked sensitive (kept out of
+/// HTTP/2 header compression tables and debug output).
 pub fn static_headers(
     headers: &std::collections::BTreeMap<String, crate::config::SecretSource>,
-) -> Result<HeaderMap, String> {
+) -> Result<HeaderMap, StaticHeaderError> {
     let mut map = HeaderMap::new();
     for (name, source) in headers {
-        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| format!("{name}: {e}"))?;
-        let value = source.resolve()?;
-        let value = HeaderValue::from_str(&value).map_err(|e| format!("{name}: {e}"))?;
-        map.insert(name, value);
+        if crate::config::forbidden_header(name) {
+            continue;
+        }
+        let header = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|source| StaticHeaderError::Name { name: name.clone(), source })?;
+        let value = source.resolve().map_err(|source| StaticHeaderError::Secret { name: name.clone(), source })?;
+        let mut value =
+            HeaderValue::from_str(&value).map_err(|source| StaticHeaderError::Value { name: name.clone(), source })?;
+        value.set_sensitive(true);
+        map.insert(header, value);
     }
     Ok(map)
 }

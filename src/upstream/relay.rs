@@ -85,7 +85,8 @@ pub fn hold(
         // posted; the resuming request's `timeout` bounds that wait.
         let mut permit = permit;
         let slots = permit.as_ref().map(|p| p.semaphore().clone());
-        let headers = headers.as_headers();
+        let owned = headers;
+        let headers = owned.as_headers();
         let mut stream = SseStream::new(body, transport.max_message());
         loop {
             let event = match stream.next().await {
@@ -134,7 +135,7 @@ pub fn hold(
                     None => continue,
                 }
             };
-            let _ = transport.post_message(response, &headers).await;
+            let _ = transport.post_message(response, &headers, owned.auth.as_ref()).await;
         }
     });
     HeldCall { steps, answers, task }
@@ -144,6 +145,8 @@ pub fn hold(
 pub struct OwnedHeaders {
     pub version: String,
     pub session: Option<String>,
+    /// The call's `Authorization` value (its caller's upstream credential).
+    pub auth: Option<http::HeaderValue>,
 }
 
 impl OwnedHeaders {

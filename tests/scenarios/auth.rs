@@ -24,19 +24,19 @@ use crate::support::*;
 use resmux::config::{AllowRule, AuthMode, AuthModes, Config, JwtConfig, UpstreamConfig};
 use resmux::sample::SampleSpec;
 
-const ISS: &str = "http://idp.test";
-const AUD: &str = "http://mcp.test/mcp";
+pub(crate) const ISS: &str = "http://idp.test";
+pub(crate) const AUD: &str = "http://mcp.test/mcp";
 const META_URL: &str = "http://mcp.test/.well-known/oauth-protected-resource/mcp";
 
 /// A JWKS endpoint on loopback whose key set the test can rotate; counts fetches.
-struct Jwks {
+pub(crate) struct Jwks {
     addr: SocketAddr,
     set: Arc<Mutex<String>>,
     fetches: Arc<AtomicU64>,
 }
 
 impl Jwks {
-    async fn start(keys: &[Jwk]) -> Self {
+    pub(crate) async fn start(keys: &[Jwk]) -> Self {
         let set = Arc::new(Mutex::new(String::new()));
         let fetches = Arc::new(AtomicU64::new(0));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -82,14 +82,14 @@ impl Jwks {
 }
 
 /// A signing key and its public JWK.
-struct Signer {
+pub(crate) struct Signer {
     key: EncodingKey,
     alg: Algorithm,
     kid: String,
-    jwk: Jwk,
+    pub(crate) jwk: Jwk,
 }
 
-fn es256(kid: &str) -> Signer {
+pub(crate) fn es256(kid: &str) -> Signer {
     use p256::elliptic_curve::Generate;
     use p256::pkcs8::EncodePrivateKey;
     let secret = p256::SecretKey::generate_from_rng(&mut rand::rng());
@@ -115,12 +115,12 @@ fn now() -> i64 {
 }
 
 /// Standard claims for `sub`, valid for an hour, with `scope`.
-fn claims(sub: &str, scope: &str) -> Value {
+pub(crate) fn claims(sub: &str, scope: &str) -> Value {
     json!({"iss": ISS, "aud": AUD, "sub": sub, "iat": now(), "nbf": now() - 5, "exp": now() + 3600,
            "scope": scope, "groups": ["eng"]})
 }
 
-fn sign(s: &Signer, claims: &Value) -> String {
+pub(crate) fn sign(s: &Signer, claims: &Value) -> String {
     let mut header = Header::new(s.alg);
     header.kid = Some(s.kid.clone());
     jsonwebtoken::encode(&header, claims, &s.key).unwrap()
@@ -137,7 +137,7 @@ fn unsigned(header: Value, claims: &Value, signature: &[u8]) -> String {
     format!("{}.{}.{}", enc(&header), enc(claims), URL_SAFE_NO_PAD.encode(signature))
 }
 
-fn jwt_config(jwks: &Jwks) -> JwtConfig {
+pub(crate) fn jwt_config(jwks: &Jwks) -> JwtConfig {
     JwtConfig {
         issuer: ISS.into(),
         audience: AUD.into(),
