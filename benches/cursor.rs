@@ -15,12 +15,12 @@ fn cursor(c: &mut Criterion) {
     for n in [1usize, 4, 16] {
         let positions: Vec<(String, Option<String>)> =
             (0..n).map(|i| (format!("upstream-{i}"), Some(format!("opaque-cursor-{i}-MTAw")))).collect();
-        let token = codec.encode("resources/list", &positions);
+        let token = codec.encode("resources/list", "owner", &positions);
         group.bench_function(BenchmarkId::new("encode", n), |b| {
-            b.iter(|| black_box(codec.encode("resources/list", black_box(&positions)).len()))
+            b.iter(|| black_box(codec.encode("resources/list", "owner", black_box(&positions)).len()))
         });
         group.bench_function(BenchmarkId::new("decode", n), |b| {
-            b.iter(|| black_box(codec.decode("resources/list", black_box(&token)).unwrap().len()))
+            b.iter(|| black_box(codec.decode("resources/list", "owner", black_box(&token)).unwrap().len()))
         });
     }
     group.finish();

@@ -114,6 +114,7 @@ impl Core {
             },
             None => (CursorCodec::random(), SessionKey::random()),
         };
+        let cursors = cursors.with_ttl(config.proxy.cursor_ttl);
         if !errors.is_empty() {
             cancel.cancel();
             return Err(StartError::Config(errors));

@@ -63,8 +63,8 @@ fn codec() -> CursorCodec {
 fn cursor(data: &[u8]) {
     let token = String::from_utf8_lossy(data);
     // Without the key nothing but a token this codec signed can open.
-    if let Ok(p) = codec().decode("resources/list", &token) {
-        assert_eq!(codec().encode("resources/list", &p), token);
+    if let Ok(p) = codec().decode("resources/list", "", &token) {
+        assert_eq!(codec().decode("resources/list", "", &codec().encode("resources/list", "", &p)), Ok(p));
     }
 }
 
@@ -234,15 +234,16 @@ proptest! {
         flip in any::<prop::sample::Index>(),
     ) {
         let c = codec();
-        let token = c.encode("tools/list", &positions);
-        prop_assert_eq!(c.decode("tools/list", &token).unwrap(), positions);
-        prop_assert_eq!(c.decode("prompts/list", &token).unwrap_err(), CursorError::WrongMethod);
+        let token = c.encode("tools/list", "o", &positions);
+        prop_assert_eq!(c.decode("tools/list", "o", &token).unwrap(), positions);
+        prop_assert_eq!(c.decode("prompts/list", "o", &token).unwrap_err(), CursorError::WrongMethod);
+        prop_assert_eq!(c.decode("tools/list", "p", &token).unwrap_err(), CursorError::WrongOwner);
         let mut bytes = token.into_bytes();
         let i = flip.index(bytes.len());
         bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
         let tampered = String::from_utf8(bytes).unwrap();
-        prop_assert!(c.decode("tools/list", &tampered).is_err());
-        prop_assert!(CursorCodec::new(b"another key").decode("tools/list", &tampered).is_err());
+        prop_assert!(c.decode("tools/list", "o", &tampered).is_err());
+        prop_assert!(CursorCodec::new(b"another key").decode("tools/list", "o", &tampered).is_err());
     }
 
     // ---- namespacing and rewriting ----

@@ -20,6 +20,10 @@ pub struct ProxyConfig {
     /// the others' cursors and session ids. Default: random keys per process, which is right
     /// for a single replica.
     pub cursor_secret: Option<SecretSource>,
+    /// How long a list cursor stays usable. Cursors are also bound to the principal they
+    /// were issued to and to the list method. Default 1 h.
+    #[serde(with = "humantime_serde")]
+    pub cursor_ttl: Duration,
     /// `ttlMs` of the proxy's own `server/discover` result once every upstream has been
     /// discovered (before that it is 0). Default 60 s.
     #[serde(with = "humantime_serde")]
@@ -43,6 +47,7 @@ impl Default for ProxyConfig {
             name: "resmux".into(),
             instructions: None,
             cursor_secret: None,
+            cursor_ttl: Duration::from_secs(3600),
             discover_ttl: Duration::from_secs(60),
             max_held_calls: 1024,
             max_held_calls_per_principal: 16,

@@ -113,6 +113,9 @@ impl Config {
         {
             err("proxy.cursor_secret".into(), &chain(&e));
         }
+        if self.proxy.cursor_ttl.is_zero() {
+            err("proxy.cursor_ttl".into(), "must be positive");
+        }
         if let Err(e) = self.admin.socket_addr() {
             err("admin.addr".into(), &format!("not a socket address: {e}"));
         }

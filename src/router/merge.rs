@@ -163,7 +163,13 @@ impl Router {
         // A page no upstream contributed to is not worth caching downstream either.
         let hints = hints.unwrap_or(Hints { ttl_ms: 0, public: false });
         Ok(Answer {
-            outcome: Ok(self.page_result(kind, &items, &next, hints)),
+            outcome: Ok(self.page_result(
+                kind,
+                &super::cursor::owner_of(call.principal.identity().map(|i| i.id.as_str())),
+                &items,
+                &next,
+                hints,
+            )),
             cache: status.unwrap_or(CacheStatus::Bypass),
             age,
         })
@@ -247,7 +253,8 @@ impl Router {
         };
         let bad = |why: String| Error::from(DownstreamError::InvalidParams(format!("invalid cursor: {why}")));
         let token = raw_str(raw).ok_or_else(|| bad("not a string".into()))?;
-        let positions = self.0.cursors.decode(kind.method, &token).map_err(|e| bad(e.to_string()))?;
+        let owner = super::cursor::owner_of(call.principal.identity().map(|i| i.id.as_str()));
+        let positions = self.0.cursors.decode(kind.method, &owner, &token).map_err(|e| bad(e.to_string()))?;
         let positions: Vec<(usize, Option<String>)> = positions
             .into_iter()
             .map(|(name, cursor)| {
@@ -260,7 +267,7 @@ impl Router {
         Ok(positions.into_iter().filter(|(i, _)| self.reaches(call, *i)).collect())
     }
 
-    fn page_result(&self, kind: &ListKind, items: &[u8], next: &Positions, hints: Hints) -> Bytes {
+    fn page_result(&self, kind: &ListKind, owner: &str, items: &[u8], next: &Positions, hints: Hints) -> Bytes {
         let mut out = Vec::with_capacity(items.len() + 256);
         out.extend_from_slice(b"{\"resultType\":\"complete\",");
         write_json_string(&mut out, kind.items);
@@ -269,7 +276,7 @@ impl Router {
         out.push(b']');
         if !next.is_empty() {
             out.extend_from_slice(b",\"nextCursor\":");
-            write_json_string(&mut out, &self.0.cursors.encode(kind.method, next));
+            write_json_string(&mut out, &self.0.cursors.encode(kind.method, owner, next));
         }
         out.extend_from_slice(b",\"ttlMs\":");
         out.extend_from_slice(itoa::Buffer::new().format(hints.ttl_ms).as_bytes());

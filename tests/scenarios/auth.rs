@@ -357,6 +357,19 @@ async fn principals_never_see_each_others_private_results() {
 }
 
 #[tokio::test]
+async fn a_list_cursor_works_only_for_the_principal_it_was_issued_to() {
+    let (p, _up) = proxy(SampleSpec::generated("gen", 25), |c| api_keys(c, &["alice", "bob"])).await;
+    let (alice, bob) = (p.client.as_principal("alice"), p.client.as_principal("bob"));
+    let first = alice.request("resources/list", json!({})).await.result();
+    let cursor = first["nextCursor"].as_str().expect("a second page").to_owned();
+    let next = alice.request("resources/list", json!({"cursor": cursor})).await;
+    assert!(next.result()["resources"].as_array().is_some_and(|r| !r.is_empty()), "the owner goes on");
+    let borrowed = bob.request("resources/list", json!({"cursor": cursor})).await;
+    assert_eq!(borrowed.error_code(), -32602, "another principal's cursor is refused");
+    assert!(borrowed.json()["error"]["message"].as_str().unwrap().contains("another caller"), "{}", borrowed.json());
+}
+
+#[tokio::test]
 async fn a_legacy_session_belongs_to_its_creator() {
     let (p, _up) = proxy(SampleSpec::generated("gen", 3), |c| api_keys(c, &["alice", "bob"])).await;
     let alice = p.client.as_principal("alice");
