@@ -89,13 +89,21 @@ proptest! {
 
     /// Any interleaving (sequential and concurrent batches) of principals reading private and
     /// public resources: a principal only ever receives private content fetched for itself.
+    /// The principals are API-key principals (`keyed`), or, with auth off, anonymous callers
+    /// told apart only by their `_meta.clientInfo`.
     #[test]
     fn no_principal_ever_sees_another_principals_private_content(
-        batches in prop::collection::vec(prop::collection::vec((0usize..3, 0usize..3), 1..6), 1..6)
+        batches in prop::collection::vec(prop::collection::vec((0usize..3, 0usize..3), 1..6), 1..6),
+        keyed in any::<bool>(),
     ) {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         rt.block_on(async move {
-            let (p, _up) = proxy_with(SampleSpec::generated("docs", 3), |_| {}).await;
+            let (p, _up) = proxy_with(SampleSpec::generated("docs", 3), |c| {
+                if keyed {
+                    api_keys(c, &["p0", "p1", "p2"]);
+                }
+            })
+            .await;
             let names = ["p0", "p1", "p2"];
             for batch in batches {
                 let calls = batch.iter().map(|&(who, what)| {
