@@ -76,8 +76,47 @@ impl Admin {
             .filter(|u| u.config().on_error == OnError::FailClosed && u.info().is_none())
             .map(|u| u.name())
             .collect();
-        let ready = !draining && waiting.is_empty();
-        (ready, json!({"ready": ready, "draining": draining, "unreachable_fail_closed": waiting}))
+        let mut ready = !draining && waiting.is_empty();
+        let mut body = json!({"draining": draining, "unreachable_fail_closed": waiting});
+        if let Some(cluster) = self.0.router.cluster() {
+            let redis_up = cluster.healthy();
+            ready &= redis_up || cluster.config().ready_when_degraded;
+            body["cluster"] = self.cluster(cluster, redis_up);
+        }
+        body["ready"] = json!(ready);
+        (ready, body)
+    }
+
+    /// The cluster tier's state: whether Redis answers (`degraded` when not), this
+    /// replica's id, which upstream listens it holds, and its counters.
+    fn cluster(&self, cluster: &crate::cluster::Cluster, redis_up: bool) -> Value {
+        use crate::cluster::Role;
+        let roles: serde_json::Map<String, Value> = (self.0.router.upstreams().iter().enumerate())
+            .map(|(i, u)| {
+                let role = match *cluster.role(i).borrow() {
+                    Role::Holder(_) => "holder",
+                    Role::Follower => "follower",
+                    Role::Solo => "solo",
+                };
+                (u.name().to_owned(), json!(role))
+            })
+            .collect();
+        let s = cluster.stats();
+        let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        json!({
+            "redis": if redis_up { "up" } else { "degraded" },
+            "replica": cluster.replica(),
+            "listen_roles": roles,
+            "l2_hits": n(&s.l2_hits),
+            "l2_misses": n(&s.l2_misses),
+            "l2_fills": n(&s.l2_fills),
+            "l2_fills_raced": n(&s.l2_fills_raced),
+            "lock_waits": n(&s.lock_waits),
+            "events_published": n(&s.published),
+            "events_received": n(&s.received),
+            "events_dropped": n(&s.dropped),
+            "errors": n(&s.errors),
+        })
     }
 
     /// Per-upstream figures.

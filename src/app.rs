@@ -15,6 +15,7 @@ use tokio_util::task::TaskTracker;
 use crate::admin::{self, Admin};
 use crate::auth::Authenticator;
 use crate::cache::Cache;
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::downstream::legacy::{SessionKey, Sessions};
 use crate::downstream::{self, Endpoint};
@@ -104,9 +105,15 @@ impl Core {
                 Err(e) => errors.push(e),
             }
         }
+        let names = upstreams.iter().map(|u| Arc::<str>::from(u.name())).collect();
+        let mut cursor_secret = None;
         let (cursors, session_key) = match &config.proxy.cursor_secret {
             Some(secret) => match secret.resolve() {
-                Ok(key) => (CursorCodec::new(key.as_bytes()), SessionKey::derive(key.as_bytes())),
+                Ok(key) => {
+                    let codecs = (CursorCodec::new(key.as_bytes()), SessionKey::derive(key.as_bytes()));
+                    cursor_secret = Some(key);
+                    codecs
+                }
                 Err(e) => {
                     errors.push(format!("proxy.cursor_secret: {e}"));
                     (CursorCodec::random(), SessionKey::random())
@@ -119,12 +126,27 @@ impl Core {
             cancel.cancel();
             return Err(StartError::Config(errors));
         }
+        let cluster = match Cluster::new(&config.cluster, cursor_secret.as_deref(), names) {
+            Ok(c) => c,
+            Err(e) => {
+                cancel.cancel();
+                return Err(StartError::Config(vec![crate::tls::error_chain(&e)]));
+            }
+        };
         let cache = Cache::new(config.cache.clone(), upstreams.len());
-        let router = Router::new(upstreams.clone(), config.proxy.clone(), cursors, cache.clone(), metrics.clone());
+        let router = Router::new(
+            upstreams.clone(),
+            config.proxy.clone(),
+            cursors,
+            cache.clone(),
+            metrics.clone(),
+            cluster.clone(),
+        );
         router.start_reaper(&cancel, &tracker);
         let downstream = CancellationToken::new();
         let ns = router.namespace().clone();
-        let hub = Hub::start(config.hub.clone(), upstreams, ns, cache, &cancel, downstream.clone(), &tracker);
+        let sources = crate::hub::Sources { upstreams, ns, cache, cluster };
+        let hub = Hub::start(config.hub.clone(), sources, &cancel, downstream.clone(), &tracker);
         let admin_addr = config.admin.socket_addr().ok().flatten().unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
         let admin = Admin::new(router.clone(), hub.clone(), &config.admin, admin_addr);
         admin.start_sampler(Duration::from_secs(2), cancel.clone(), &tracker);
@@ -179,7 +201,8 @@ impl App {
             listen.max_legacy_sessions,
             listen.max_legacy_sessions_per_principal,
             listen.legacy_session_idle,
-        );
+        )
+        .with_cluster(core.router.cluster().cloned());
         sessions.start_sweeper(&core.cancel, &core.tracker);
         let endpoint =
             Endpoint::new(core.router.clone(), core.hub.clone(), auth, listen, sessions, core.metrics.clone());

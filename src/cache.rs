@@ -129,6 +129,20 @@ impl Cache {
     /// unless it is too large or not worth keeping. Returns whether it was stored. `watch`
     /// names the upstream URI to keep in the upstream's standing listen while it is cached.
     pub fn store(&self, key: CacheKey, stored: Stored, ttl: Duration, ticket: Ticket, watch: Option<&str>) -> bool {
+        self.store_aged(key, stored, ttl, ticket, watch, Duration::ZERO)
+    }
+
+    /// [`Cache::store`] for an answer fetched `age` ago (by another replica): it goes stale
+    /// when its TTL runs out counted from the fetch, not from now.
+    pub fn store_aged(
+        &self,
+        key: CacheKey,
+        stored: Stored,
+        ttl: Duration,
+        ticket: Ticket,
+        watch: Option<&str>,
+        age: Duration,
+    ) -> bool {
         let public = key.partition == Partition::Public;
         if !self.0.config.enabled || ttl.is_zero() {
             return false;
@@ -138,7 +152,7 @@ impl Cache {
         }
         let entry = Entry {
             stored,
-            stored_at: Instant::now(),
+            stored_at: Instant::now().checked_sub(age).unwrap_or_else(Instant::now),
             ttl,
             stale_window: self.0.config.stale_if_error,
             ticket,

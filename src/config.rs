@@ -5,6 +5,7 @@
 mod admin;
 mod auth;
 mod cache;
+mod cluster;
 mod hub;
 mod listen;
 mod load;
@@ -20,6 +21,7 @@ pub use auth::{
     ASYMMETRIC_ALGORITHMS, AllowRule, ApiKeyConfig, AuthConfig, AuthMode, AuthModes, JwtConfig, MetadataConfig,
 };
 pub use cache::CacheConfig;
+pub use cluster::ClusterConfig;
 pub use hub::HubConfig;
 pub use listen::{ListenConfig, ListenTls};
 pub use load::{ConfigError, ConfigErrors, load, load_without_secrets, parse};
@@ -54,6 +56,9 @@ pub struct Config {
     /// The operations listener.
     #[serde(default)]
     pub admin: AdminConfig,
+    /// Replicas sharing state through Redis.
+    #[serde(default)]
+    pub cluster: ClusterConfig,
     /// The upstream MCP servers, in priority order (first wins on a name conflict).
     #[serde(default, rename = "upstream")]
     pub upstreams: Vec<UpstreamConfig>,

@@ -4,6 +4,7 @@
 
 mod feed;
 mod listener;
+mod replicas;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +19,7 @@ pub use listener::{Listener, Notice, Topic};
 
 use crate::auth::{Principal, policy};
 use crate::cache::{Cache, CachedMethod};
+use crate::cluster::{Cluster, Event, Role};
 use crate::config::HubConfig;
 use crate::error::{DownstreamError, Error};
 use crate::jsonrpc::RequestId;
@@ -48,6 +50,12 @@ struct Inner {
     /// subscriptions): a listen is acknowledged once its topics are covered, so that no change
     /// after the acknowledgment can be missed.
     active: Vec<watch::Sender<Filter>>,
+    /// The shared tier, when replicas share state: its leases decide which replica runs each
+    /// upstream listen, and its bus carries what those listens see to the others.
+    cluster: Option<Cluster>,
+    /// Stand-in for the cluster's role and remote-interest watches on a single replica: solo,
+    /// and nobody else's interest.
+    solo: (watch::Sender<Role>, watch::Sender<Filter>),
 }
 
 #[derive(Default)]
@@ -72,19 +80,27 @@ impl Drop for Subscription {
     }
 }
 
+/// What the hub serves from: the upstreams (with their namespaces), the cache its
+/// notifications invalidate, and the cluster tier when replicas share state.
+pub struct Sources {
+    pub upstreams: Vec<Upstream>,
+    pub ns: Namespace,
+    pub cache: Cache,
+    pub cluster: Option<Cluster>,
+}
+
 impl Hub {
     /// Builds the hub and starts one feed per upstream on `tracker`, stopping on `cancel`.
     /// Downstream listens end (with their result) when `listens_end` fires, which shutdown
     /// does before it cancels the feeds.
     pub fn start(
         config: HubConfig,
-        upstreams: Vec<Upstream>,
-        ns: Namespace,
-        cache: Cache,
+        sources: Sources,
         cancel: &CancellationToken,
         listens_end: CancellationToken,
         tracker: &TaskTracker,
     ) -> Self {
+        let Sources { upstreams, ns, cache, cluster } = sources;
         let desired = upstreams.iter().map(|_| watch::channel(Filter::default()).0).collect();
         let opened = upstreams.iter().map(|_| AtomicU64::new(0)).collect();
         let active = upstreams.iter().map(|_| watch::channel(Filter::default()).0).collect();
@@ -99,9 +115,14 @@ impl Hub {
             shutdown: listens_end,
             opened,
             active,
+            cluster,
+            solo: (watch::channel(Role::Solo).0, watch::channel(Filter::default()).0),
         }));
         for index in 0..hub.0.upstreams.len() {
             tracker.spawn(feed::run(hub.clone(), index, cancel.clone()));
+        }
+        if let Some(cluster) = &hub.0.cluster {
+            replicas::start(&hub, cluster, cancel, tracker);
         }
         hub
     }
@@ -159,7 +180,34 @@ impl Hub {
                 f.set_list(kind, info.flag(kind.capability(), "listChanged"));
             }
         }
-        self.0.active[index].send_replace(f);
+        self.set_live(index, f);
+    }
+
+    /// Records what upstream `index` is subscribed to now (by this replica's feed), and tells
+    /// the other replicas when it holds the listen for them.
+    fn set_live(&self, index: usize, filter: Filter) {
+        if let Some(cluster) = &self.0.cluster
+            && matches!(*cluster.role(index).borrow(), Role::Holder(_))
+        {
+            cluster.announce(index, Event::Active(filter.clone()));
+        }
+        self.0.active[index].send_replace(filter);
+    }
+
+    /// Whether this replica runs upstream `index`'s listen (always, on a single replica).
+    fn role(&self, index: usize) -> watch::Receiver<Role> {
+        match &self.0.cluster {
+            Some(c) => c.role(index),
+            None => self.0.solo.0.subscribe(),
+        }
+    }
+
+    /// What the other replicas want from upstream `index` while this one holds its listen.
+    fn remote_interest(&self, index: usize) -> watch::Receiver<Filter> {
+        match &self.0.cluster {
+            Some(c) => c.remote_interest(index),
+            None => self.0.solo.1.subscribe(),
+        }
     }
 
     /// Registers a listen of `principal` asking for `filter` (downstream URIs). Only what the
@@ -308,8 +356,20 @@ impl Hub {
         }
     }
 
-    /// A change announced by upstream `index`: invalidate the cache, wake its listeners.
+    /// A change announced by upstream `index` to this replica's feed: applied here, and
+    /// passed on to the other replicas.
     fn publish(&self, index: usize, change: &Change) {
+        self.apply(index, change);
+        if let Some(cluster) = &self.0.cluster {
+            cluster.announce(index, Event::Change(change.clone()));
+        }
+    }
+
+    /// A change of upstream `index`: invalidate the cache, wake its listeners.
+    fn apply(&self, index: usize, change: &Change) {
+        if let Some(cluster) = &self.0.cluster {
+            cluster.note_change(index, Some(change));
+        }
         let epochs = self.0.cache.epochs();
         let up = index as u32;
         let (topic, pend) = match change {
@@ -345,17 +405,36 @@ impl Hub {
         }
     }
 
-    /// Upstream `index` lost its stream: what changed meanwhile is unknown, so its cache
+    /// Upstream `index`'s feed lost its stream: here and on the other replicas, its cache
     /// entries go stale now.
     fn stream_lost(&self, index: usize) {
+        self.forget(index);
+        if let Some(cluster) = &self.0.cluster {
+            cluster.announce(index, Event::Lost);
+        }
+    }
+
+    /// What changed at upstream `index` is unknown: its cache entries go stale now.
+    fn forget(&self, index: usize) {
+        if let Some(cluster) = &self.0.cluster {
+            cluster.note_change(index, None);
+        }
         self.0.cache.epochs().stream_lost(index as u32);
         self.0.upstreams[index].catalog().forget_all();
     }
 
-    /// Upstream `index` is back after a loss: its listeners learn that everything they
-    /// watch there may have changed.
+    /// Upstream `index`'s feed is back after a loss: here and on the other replicas, its
+    /// listeners learn that everything they watch there may have changed.
     fn resync(&self, index: usize) {
-        self.stream_lost(index);
+        self.resync_local(index);
+        if let Some(cluster) = &self.0.cluster {
+            cluster.announce(index, Event::Resync);
+        }
+    }
+
+    /// [`Hub::resync`] on this replica alone.
+    fn resync_local(&self, index: usize) {
+        self.forget(index);
         let reg = self.0.registry.lock().expect("registry");
         for listener in reg.listeners.values() {
             let changes: Vec<Notice> = listener

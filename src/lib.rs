@@ -28,6 +28,7 @@ pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod cache;
+pub mod cluster;
 pub mod config;
 pub mod downstream;
 pub mod error;

@@ -13,6 +13,7 @@ mod hints;
 mod merge;
 pub mod namespace;
 pub mod rewrite;
+mod shared;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -23,6 +24,7 @@ pub use hints::Hints;
 pub use merge::ListKind;
 
 use crate::cache::{Cache, Flights};
+use crate::cluster::Cluster;
 use crate::config::ProxyConfig;
 use crate::error::{DownstreamError, Error};
 use crate::mcp::method as m;
@@ -53,6 +55,8 @@ struct Inner {
     /// Upstream calls held open for MRTR relay.
     held: held::HeldCalls,
     metrics: Metrics,
+    /// The shared tier, when replicas share state.
+    cluster: Option<Cluster>,
 }
 
 impl Router {
@@ -62,11 +66,13 @@ impl Router {
         cursors: CursorCodec,
         cache: Cache,
         metrics: Metrics,
+        cluster: Option<Cluster>,
     ) -> Self {
         let names: Vec<(String, bool)> = upstreams.iter().map(|u| (u.name().to_owned(), u.config().prefix)).collect();
         let server_info = serde_json::json!({"name": proxy.name, "version": env!("CARGO_PKG_VERSION")}).to_string();
         let private_until = upstreams.iter().map(|_| Default::default()).collect();
         Self(Arc::new(Inner {
+            cluster,
             cache,
             flights: Flights::default(),
             private_until,
@@ -90,6 +96,11 @@ impl Router {
     /// The metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.0.metrics
+    }
+
+    /// The cluster tier, when replicas share state.
+    pub fn cluster(&self) -> Option<&Cluster> {
+        self.0.cluster.as_ref()
     }
 
     /// The cache.

@@ -10,7 +10,7 @@ use super::epochs::Ticket;
 use crate::jsonrpc::RawObject;
 
 /// A stored answer.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Stored {
     /// A complete result, without its `ttlMs`: the JSON object text after the opening brace
     /// (`"contents":[…],"cacheScope":"public"}`), so that `{"ttlMs":N,` can be written in

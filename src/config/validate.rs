@@ -48,6 +48,15 @@ impl Config {
         {
             out.push(("proxy.cursor_secret".to_owned(), chain(&e)));
         }
+        for (key, secret) in
+            [("key_secret", &self.cluster.key_secret), ("redis_url_secret", &self.cluster.redis_url_secret)]
+        {
+            if let Some(secret) = secret
+                && let Err(e) = secret.resolve()
+            {
+                out.push((format!("cluster.{key}"), chain(&e)));
+            }
+        }
         for (i, up) in self.upstreams.iter().enumerate() {
             for (name, secret) in &up.headers {
                 if let Err(e) = secret.resolve() {
@@ -65,7 +74,7 @@ impl Config {
 
     /// Every rule violation, as `(key path, message)`. Empty means valid.
     pub fn validate(&self) -> Vec<(String, String)> {
-        let mut errors = Vec::new();
+        let mut errors = self.cluster.problems(self.proxy.cursor_secret.is_some());
         let mut err = |path: String, msg: &str| errors.push((path, msg.to_owned()));
         if !self.listen.path.starts_with('/') {
             err("listen.path".into(), "must start with `/`");

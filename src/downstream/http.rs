@@ -183,10 +183,10 @@ impl Endpoint {
         // endpoint's 405.
         if let Some(session) = req.headers().get(mcp::H_SESSION_ID) {
             if req.method() == Method::GET {
-                return legacy::http::get(&self.0.legacy, &self.0.sessions, req.headers(), session, &principal);
+                return legacy::http::get(&self.0.legacy, &self.0.sessions, req.headers(), session, &principal).await;
             }
             if req.method() == Method::DELETE {
-                return legacy::http::delete(&self.0.sessions, session, &principal);
+                return legacy::http::delete(&self.0.sessions, session, &principal).await;
             }
         }
         if req.method() != Method::POST {

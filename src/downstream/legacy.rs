@@ -92,6 +92,7 @@ impl Legacy {
                 } else {
                     session.unsubscribe(&self.hub, principal, &uri)?;
                 }
+                session.save().await;
                 Ok(empty_result())
             }
             m::RESOURCES_LIST

@@ -13,6 +13,7 @@ use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 
 use super::Hub;
+use crate::cluster::Role;
 use crate::upstream::backoff::Backoff;
 use crate::upstream::legacy::{Era, Session, Unsolicited};
 use crate::upstream::listen::{Change, Filter, ListKind, ListenEnd, ListenEvent, UpstreamListen};
@@ -24,23 +25,30 @@ const DEDUPE_WINDOW: Duration = Duration::from_secs(2);
 
 /// What the feed of upstream `index` should listen for, given what listeners desire, what the
 /// cache watches, and what the upstream declared (nothing until it has been discovered).
-fn effective(hub: &Hub, index: usize, desired: &Filter) -> Filter {
+fn effective(hub: &Hub, index: usize, desired: &Filter, remote: &Filter) -> Filter {
     let upstream = &hub.0.upstreams[index];
     let Some(info) = upstream.info() else { return Filter::default() };
     let standing = hub.0.cache.enabled() && upstream.config().cache;
     let mut f = Filter::default();
     for kind in ListKind::ALL {
-        if info.flag(kind.capability(), "listChanged") && (desired.list(kind) || standing) {
+        if info.flag(kind.capability(), "listChanged") && (desired.list(kind) || remote.list(kind) || standing) {
             f.set_list(kind, true);
         }
     }
     if info.flag("resources", "subscribe") {
         f.uris = desired.uris.clone();
+        f.uris.extend(remote.uris.iter().cloned());
         if standing {
             f.uris.extend(hub.0.cache.watches().uris(index));
         }
     }
     f
+}
+
+/// What this replica alone wants from upstream `index` (its listeners and its cache), for the
+/// replica that holds the upstream's listen.
+pub(super) fn local_interest(hub: &Hub, index: usize, desired: &Filter) -> Filter {
+    effective(hub, index, desired, &Filter::default())
 }
 
 /// Whether going from `have` to `want` only removes things.
@@ -62,20 +70,56 @@ async fn open(upstream: &Upstream, want: &Filter, ack_timeout: Duration) -> Resu
     }
 }
 
-/// Runs the feed of upstream `index` until `cancel`.
+/// Runs the feed of upstream `index` until `cancel`, while this replica runs its listen
+/// (always, on a single replica; while it holds the lease, in a cluster).
 pub(super) async fn run(hub: Hub, index: usize, cancel: CancellationToken) {
+    let mut role = hub.role(index);
+    let mut state = FeedState::default();
+    loop {
+        let mut was = *role.borrow_and_update();
+        while !was.listens() {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                changed = role.changed() => if changed.is_err() { return },
+            }
+            let now = *role.borrow_and_update();
+            // Taking over from another replica's listen: whatever it saw last is unknown here.
+            // (The first lease ever, token 1, has no predecessor.)
+            if was == Role::Follower && now.listens() && now != Role::Holder(1) {
+                state.lost = true;
+            }
+            was = now;
+        }
+        let until_following = async {
+            while role.borrow_and_update().listens() {
+                if role.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = until_following => {
+                // Another replica holds the listen now; its filter arrives over the bus.
+                hub.0.active[index].send_replace(Filter::default());
+            }
+            _ = run_eras(&hub, index, &mut state) => return,
+        }
+    }
+}
+
+/// The feed through the upstream's protocol eras.
+async fn run_eras(hub: &Hub, index: usize, state: &mut FeedState) {
     let upstream = hub.0.upstreams[index].clone();
     let mut era = upstream.era_watch();
-    let mut state = FeedState::default();
     loop {
         let current = era.borrow_and_update().clone();
         tokio::select! {
-            _ = cancel.cancelled() => return,
             _ = era.changed() => {}
             _ = async {
                 match current {
-                    Era::Legacy(session) => run_legacy(&hub, index, &session, &mut state).await,
-                    _ => run_modern(&hub, index, &mut state).await,
+                    Era::Legacy(session) => run_legacy(hub, index, &session, state).await,
+                    _ => run_modern(hub, index, state).await,
                 }
             } => return,
         }
@@ -98,6 +142,7 @@ async fn run_legacy(hub: &Hub, index: usize, session: &Session, state: &mut Feed
     let cfg = hub.0.config.clone();
     let mut desired = hub.0.desired[index].subscribe();
     let mut watched = hub.0.cache.watches().changes(index);
+    let mut remote = hub.remote_interest(index);
     let mut unsolicited = upstream.unsolicited();
     let mut subscribed: BTreeSet<String> = BTreeSet::new();
     let mut remove_at: Option<Instant> = None;
@@ -116,7 +161,7 @@ async fn run_legacy(hub: &Hub, index: usize, session: &Session, state: &mut Feed
     loop {
         if dirty {
             watched.mark_unchanged();
-            want = effective(hub, index, &desired.borrow_and_update()).uris;
+            want = effective(hub, index, &desired.borrow_and_update(), &remote.borrow_and_update()).uris;
             dirty = false;
         }
         for uri in want.difference(&subscribed).cloned().collect::<Vec<_>>() {
@@ -156,6 +201,7 @@ async fn run_legacy(hub: &Hub, index: usize, session: &Session, state: &mut Feed
         tokio::select! {
             _ = desired.changed() => dirty = true,
             _ = watched.changed() => dirty = true,
+            _ = remote.changed() => dirty = true,
             _ = timer => retry_at = None,
             msg = unsolicited.recv() => match msg {
                 Ok(Unsolicited::Change(change)) => hub.publish(index, &change),
@@ -186,10 +232,11 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
     let cfg = hub.0.config.clone();
     let mut desired = hub.0.desired[index].subscribe();
     let mut watched = hub.0.cache.watches().changes(index);
+    let mut remote = hub.remote_interest(index);
     let mut info = upstream.info_watch();
     let mut backoff = Backoff::new(Duration::from_millis(100), cfg.reconnect_max);
     let lost = &mut state.lost;
-    hub.0.active[index].send_replace(Filter::default());
+    hub.set_live(index, Filter::default());
     let mut current: Option<(UpstreamListen, Filter)> = None;
     // When the listen is due to be switched to `want`: after the debounce for a growing set,
     // after the linger for a set that only shrinks, after a backoff when a switch failed.
@@ -203,7 +250,7 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
         if dirty {
             watched.mark_unchanged();
             info.mark_unchanged();
-            want = effective(&hub, index, &desired.borrow_and_update());
+            want = effective(&hub, index, &desired.borrow_and_update(), &remote.borrow_and_update());
             dirty = false;
         }
         let Some((mut stream, have)) = current.take() else {
@@ -211,6 +258,7 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
                 tokio::select! {
                     _ = desired.changed() => {}
                     _ = watched.changed() => {}
+                    _ = remote.changed() => {}
                     _ = info.changed() => {}
                 }
                 dirty = true;
@@ -226,7 +274,7 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
                         *lost = false;
                     }
                     backoff.reset();
-                    hub.0.active[index].send_replace(want.clone());
+                    hub.set_live(index, want.clone());
                     current = Some((stream, want.clone()));
                 }
                 Err(reason) => {
@@ -251,7 +299,7 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
                 switch_at = None;
                 if want.is_empty() {
                     drop(stream);
-                    hub.0.active[index].send_replace(Filter::default());
+                    hub.set_live(index, Filter::default());
                     continue;
                 }
                 match switch(&hub, index, &mut stream, &want, cfg.ack_timeout).await {
@@ -259,7 +307,7 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
                         hub.0.opened[index].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tracing::debug!(upstream = %upstream.name(), filter = %want.to_json(), "upstream listen switched");
                         dedupe = Some((seen, Instant::now() + DEDUPE_WINDOW));
-                        hub.0.active[index].send_replace(want.clone());
+                        hub.set_live(index, want.clone());
                         current = Some((next, want.clone()));
                     }
                     Err(reason) => {
@@ -290,6 +338,10 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
                 current = Some((stream, have));
             }
             _ = info.changed() => {
+                dirty = true;
+                current = Some((stream, have));
+            }
+            _ = remote.changed() => {
                 dirty = true;
                 current = Some((stream, have));
             }

@@ -2,13 +2,16 @@
 //! on a miss, store by the result's own hints, stale-if-error.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::shared::FromShared;
 use super::{CacheStatus, Call, Router};
 use crate::cache::{
     CacheKey, CachedMethod, Entry, Lookup, Owner, Partition, Stored, canonical_params_with, splice_ttl,
 };
+use crate::cluster::SharedValue;
 use crate::error::Error;
 use crate::jsonrpc::{RawObject, RpcError};
 
@@ -139,7 +142,8 @@ impl Router {
         }
     }
 
-    /// The flight leader: takes the invalidation ticket, fetches, stores what is cacheable.
+    /// The flight leader: takes the invalidation ticket, fetches (through the cluster tier
+    /// when there is one), stores what is cacheable.
     async fn lead<F, Fut>(&self, key: &CacheKey, uri: Option<&str>, principal: &Owner, fetch: &F) -> Shared
     where
         F: Fn() -> Fut,
@@ -147,26 +151,30 @@ impl Router {
     {
         let cache = &self.0.cache;
         let ticket = cache.epochs().ticket(key.upstream, key.method, uri);
-        let mut fetched = fetch().await?;
-        if let Some(stored) = fetched.stored.take() {
-            let ttl = match stored {
-                Stored::NotFound => cache.negative_ttl(),
-                _ => cache.clamp_ttl(fetched.ttl_ms),
-            };
-            // Negative entries are kept per principal: another may be allowed to see more.
-            let public = fetched.public && !matches!(stored, Stored::NotFound);
+        // The TTL an answer is stored for, and whether it goes in the public partition.
+        // Negative entries are kept per principal: another may be allowed to see more.
+        let ttl_of = |fetched: &Fetched, stored: &Stored| match stored {
+            Stored::NotFound => (cache.negative_ttl(), false),
+            _ => (cache.clamp_ttl(fetched.ttl_ms), fetched.public),
+        };
+        let (mut fetched, may_store) = match &self.0.cluster {
+            Some(cluster) if cluster.healthy() => {
+                match self.lead_shared(cluster, key, uri, principal, ttl_of, fetch).await? {
+                    FromShared::Adopted(value) => return Ok(self.adopt(key, uri, principal, ticket, value)),
+                    FromShared::Fetched { fetched, store } => (fetched, store),
+                }
+            }
+            _ => (fetch().await?, true),
+        };
+        if let Some(stored) = fetched.stored.take().filter(|_| may_store) {
+            let (ttl, public) = ttl_of(&fetched, &stored);
             let mut k = key.clone();
             k.partition = if public { Partition::Public } else { Partition::Private(principal.clone()) };
             let tail = match &stored {
                 Stored::Result { tail } => Some(tail.clone()),
                 _ => None,
             };
-            // A cached read stays watched on an upstream that can tell when it changes.
-            let watch = uri.filter(|_| {
-                key.method == CachedMethod::ResourcesRead
-                    && matches!(stored, Stored::Result { .. })
-                    && self.0.upstreams[key.upstream as usize].info().is_some_and(|i| i.flag("resources", "subscribe"))
-            });
+            let watch = self.watched_uri(key, uri, &stored);
             if cache.store(k, stored, ttl, ticket, watch) {
                 let ttl_ms = ttl.as_millis() as u64;
                 fetched.ttl_ms = ttl_ms;
@@ -176,5 +184,40 @@ impl Router {
             }
         }
         Ok(Arc::new((Served::fresh(fetched, CacheStatus::Miss), principal.clone())))
+    }
+
+    /// A cached read stays watched on an upstream that can tell when it changes.
+    fn watched_uri<'u>(&self, key: &CacheKey, uri: Option<&'u str>, stored: &Stored) -> Option<&'u str> {
+        uri.filter(|_| {
+            key.method == CachedMethod::ResourcesRead
+                && matches!(stored, Stored::Result { .. })
+                && self.0.upstreams[key.upstream as usize].info().is_some_and(|i| i.flag("resources", "subscribe"))
+        })
+    }
+
+    /// Another replica's fill: stored here for what is left of its TTL, and served as a hit.
+    fn adopt(
+        &self,
+        key: &CacheKey,
+        uri: Option<&str>,
+        principal: &Owner,
+        ticket: crate::cache::Ticket,
+        value: SharedValue,
+    ) -> Arc<(Served, Owner)> {
+        let now = crate::cluster::now_ms();
+        let age = value.age(now);
+        let ttl_ms = value.remaining(now).as_millis() as u64;
+        let got = match &value.stored {
+            Stored::Result { tail } => Got::Result(splice_ttl(tail, ttl_ms)),
+            Stored::Page { items, next, .. } => Got::Page { items: items.clone(), next: next.clone() },
+            Stored::NotFound => Got::NotFound,
+        };
+        let mut k = key.clone();
+        k.partition = if value.public { Partition::Public } else { Partition::Private(principal.clone()) };
+        let watch = self.watched_uri(key, uri, &value.stored);
+        let ttl = Duration::from_millis(value.ttl_ms);
+        self.0.cache.store_aged(k, value.stored, ttl, ticket, watch, age);
+        let served = Served { got, public: value.public, ttl_ms, status: CacheStatus::Hit, age: Some(age.as_secs()) };
+        Arc::new((served, principal.clone()))
     }
 }

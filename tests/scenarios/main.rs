@@ -7,6 +7,7 @@ mod abuse;
 mod admin_page;
 mod auth;
 mod cache;
+mod cluster;
 mod credentials;
 mod hostile;
 mod interop;

@@ -59,6 +59,9 @@ pub async fn post(
         Ok(s) => s,
         Err(e) => return respond::error(msg.id.as_ref(), e),
     };
+    if let Err(e) = session.restore(legacy.hub(), principal).await {
+        return respond::error(msg.id.as_ref(), e);
+    }
     let id = match msg.kind {
         // `notifications/initialized` and `notifications/cancelled` need nothing: each
         // request is answered on its own POST, and the proxy sends no server requests whose
@@ -73,7 +76,7 @@ pub async fn post(
 }
 
 /// GET: the session's standalone SSE stream of unsolicited notifications.
-pub fn get(
+pub async fn get(
     legacy: &Legacy,
     sessions: &Sessions,
     headers: &HeaderMap,
@@ -86,7 +89,11 @@ pub fn get(
                 .any(|t| matches!(t.split(';').next().map(str::trim), Some("text/event-stream" | "text/*" | "*/*")))
         })
     });
-    let opened = resolve(sessions, session_id, principal).and_then(|session| {
+    let resolved = match resolve(sessions, session_id, principal) {
+        Ok(session) => session.restore(legacy.hub(), principal).await.map(|()| session),
+        Err(e) => Err(e),
+    };
+    let opened = resolved.and_then(|session| {
         check_version(headers)?;
         if !accepts_sse {
             return Err(DownstreamError::NotAcceptable("the stream is text/event-stream".into()).into());
@@ -111,12 +118,12 @@ pub fn get(
 }
 
 /// DELETE: ends the session (its owner only; anyone else gets 404).
-pub fn delete(sessions: &Sessions, session_id: &HeaderValue, principal: &Principal) -> Resp {
-    match session_id
-        .to_str()
-        .map_err(|_| Error::from(DownstreamError::SessionNotFound))
-        .and_then(|t| sessions.end(t, principal))
-    {
+pub async fn delete(sessions: &Sessions, session_id: &HeaderValue, principal: &Principal) -> Resp {
+    let ended = match session_id.to_str() {
+        Ok(token) => sessions.end_everywhere(token, principal).await,
+        Err(_) => Err(DownstreamError::SessionNotFound.into()),
+    };
+    match ended {
         Ok(()) => empty(StatusCode::OK),
         Err(e) => respond::error(None, e),
     }

@@ -14,12 +14,15 @@
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::token::Nonce;
 use crate::auth::Principal;
+use crate::cluster::{Adopted, Cluster};
 use crate::error::{DownstreamError, Error};
 use crate::hub::{Hub, Listener, Notice, Subscription};
 use crate::jsonrpc::RequestId;
@@ -37,6 +40,21 @@ pub struct Session {
     current: watch::Sender<Option<Arc<Listener>>>,
     /// Fires when the session ends (DELETE, eviction, end of the stdio connection).
     ended: CancellationToken,
+    /// Where its subscriptions are shared with the other replicas, in a cluster.
+    shared: std::sync::OnceLock<Shared>,
+}
+
+/// A session's record in the cluster tier.
+struct Shared {
+    cluster: Cluster,
+    nonce: Nonce,
+    /// Its record's name in Redis.
+    name: Box<str>,
+    /// How long Redis keeps it without a change or a touch.
+    keep: Duration,
+    /// Set once the subscriptions recorded by another replica are restored here: whether the
+    /// session goes on (false: it was ended elsewhere).
+    restored: tokio::sync::OnceCell<bool>,
 }
 
 struct State {
@@ -74,7 +92,66 @@ impl Session {
             state: Mutex::new(State { uris: BTreeSet::new(), streaming: false, sub: None, last_seen: now }),
             current: watch::channel(None).0,
             ended: CancellationToken::new(),
+            shared: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Shares the session's subscriptions through `cluster` under `nonce`. A session this
+    /// replica created (`fresh`) has nothing to restore.
+    pub fn share(&self, cluster: Cluster, nonce: Nonce, keep: Duration, fresh: bool) {
+        let restored = match fresh {
+            true => tokio::sync::OnceCell::new_with(Some(true)),
+            false => tokio::sync::OnceCell::new(),
+        };
+        let name = cluster.session_name(&nonce).into();
+        let _ = self.shared.set(Shared { cluster, nonce, name, keep, restored });
+    }
+
+    /// For a session another replica started: its subscriptions as recorded there, restored
+    /// once (concurrent requests wait for the first); a session ended there is 404. Redis
+    /// unreachable: it goes on with what this replica knows.
+    pub async fn restore(&self, hub: &Hub, principal: &Principal) -> Result<(), Error> {
+        let Some(shared) = self.shared.get() else { return Ok(()) };
+        let alive = *shared
+            .restored
+            .get_or_init(|| async {
+                match shared.cluster.adopt_session(&shared.nonce).await {
+                    Ok(Adopted::Ended) => false,
+                    Ok(Adopted::Subscribed(uris)) => {
+                        for uri in uris {
+                            if let Err(e) = self.subscribe(hub, principal, &uri) {
+                                tracing::warn!(%uri, error = %e, "cannot restore a legacy session's subscription");
+                            }
+                        }
+                        true
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot restore a legacy session's subscriptions from redis");
+                        true
+                    }
+                }
+            })
+            .await;
+        if alive { Ok(()) } else { Err(DownstreamError::SessionNotFound.into()) }
+    }
+
+    /// Records the subscriptions for the other replicas (after `resources/subscribe` or
+    /// `unsubscribe`).
+    pub async fn save(&self) {
+        let Some(shared) = self.shared.get() else { return };
+        if let Err(e) = shared.cluster.store_session(&shared.nonce, &self.subscribed(), shared.keep).await {
+            tracing::warn!(error = %e, "cannot record a legacy session's subscriptions in redis");
+        }
+    }
+
+    /// The cluster record's nonce, for keeping it alive.
+    pub fn shared_nonce(&self) -> Option<Nonce> {
+        self.shared.get().map(|s| s.nonce)
+    }
+
+    /// The cluster record's name, to match an end announced by another replica.
+    pub fn shared_name(&self) -> Option<&str> {
+        self.shared.get().map(|s| &*s.name)
     }
 
     /// Records activity at `now`.

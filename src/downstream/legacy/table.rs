@@ -18,6 +18,7 @@ use tokio_util::task::TaskTracker;
 use super::session::Session;
 use super::token::{Nonce, SessionKey};
 use crate::auth::Principal;
+use crate::cluster::Cluster;
 use crate::error::{DownstreamError, Error};
 
 /// Cheap handle over the table.
@@ -33,6 +34,8 @@ struct Inner {
     /// Quiet time after which a session without a stream is evicted.
     idle: Duration,
     table: Mutex<Table>,
+    /// Where sessions' subscriptions are shared with the other replicas, in a cluster.
+    cluster: Option<Cluster>,
 }
 
 #[derive(Default)]
@@ -69,7 +72,91 @@ impl Sessions {
     /// As [`Sessions::new`], with at most `per_principal` live sessions for each authenticated
     /// principal (0 = no such bound; anonymous callers have none either).
     pub fn with_per_principal(key: SessionKey, max: usize, per_principal: usize, idle: Duration) -> Self {
-        Self(Arc::new(Inner { key, max: max.max(1), per_principal, idle, table: Mutex::default() }))
+        Self(Arc::new(Inner { key, max: max.max(1), per_principal, idle, table: Mutex::default(), cluster: None }))
+    }
+
+    /// Shares sessions' subscriptions through `cluster`, so that a session continues on
+    /// another replica with them.
+    pub fn with_cluster(self, cluster: Option<Cluster>) -> Self {
+        match Arc::try_unwrap(self.0) {
+            Ok(mut inner) => {
+                inner.cluster = cluster;
+                Self(Arc::new(inner))
+            }
+            Err(shared) => Self(shared),
+        }
+    }
+
+    /// How long Redis keeps a session's record without a change or a touch.
+    fn keep(&self) -> Duration {
+        self.0.idle * 2
+    }
+
+    /// Shares `session` (named by `nonce`) when there is a cluster.
+    fn share(&self, session: &Session, nonce: Nonce, fresh: bool) {
+        if let Some(cluster) = &self.0.cluster {
+            session.share(cluster.clone(), nonce, self.keep(), fresh);
+        }
+    }
+
+    /// Ends the session a request of `principal` names on every replica (DELETE): here, and
+    /// in the cluster's record, so that no replica adopts it again.
+    pub async fn end_everywhere(&self, token: &str, principal: &Principal) -> Result<(), Error> {
+        let nonce = self.end(token, principal)?;
+        if let Some(cluster) = &self.0.cluster
+            && let Err(e) = cluster.end_session(&nonce, self.keep()).await
+        {
+            tracing::warn!(error = %e, "cannot record a legacy session's end in redis");
+        }
+        Ok(())
+    }
+
+    /// Ends here a session another replica ended (DELETE there).
+    fn ended_elsewhere(&self, name: &str) {
+        let mut table = self.0.table.lock().expect("sessions");
+        let found = table.live.iter().find(|(_, s)| s.shared_name() == Some(name)).map(|(n, _)| *n);
+        if let Some(nonce) = found {
+            if let Some(session) = table.live.remove(&nonce) {
+                session.end();
+            }
+            table.ended.insert(nonce, self.0.max);
+        }
+    }
+
+    /// Keeps the cluster's records of the sessions live here from expiring, every quarter of
+    /// the idle time, and ends the sessions other replicas end, until `cancel`.
+    fn start_toucher(&self, cancel: &CancellationToken, tracker: &TaskTracker, period: Duration) {
+        let Some(cluster) = self.0.cluster.clone() else { return };
+        let me = self.clone();
+        let cancel = cancel.clone();
+        let mut ended = cluster.ended_sessions();
+        tracker.spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    name = ended.recv() => {
+                        match name {
+                            Ok(name) => me.ended_elsewhere(&name),
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                                tracing::warn!(missed = n, "missed session ends announced by other replicas");
+                            }
+                            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                        }
+                        continue;
+                    }
+                    _ = tick.tick() => {}
+                }
+                let nonces: Vec<Vec<u8>> = {
+                    let table = me.0.table.lock().expect("sessions");
+                    table.live.values().filter_map(|s| s.shared_nonce()).map(|n| n.to_vec()).collect()
+                };
+                if let Err(e) = cluster.touch_sessions(&nonces, me.keep()).await {
+                    tracing::debug!(error = %e, "cannot keep legacy sessions' records in redis");
+                }
+            }
+        });
     }
 
     /// Sweeps idle sessions periodically until `cancel`.
@@ -80,6 +167,7 @@ impl Sessions {
         crate::periodic::every(period, cancel, tracker, move || {
             me.sweep();
         });
+        self.start_toucher(cancel, tracker, period);
     }
 
     /// Starts a session of `owner` for `version`; returns its id. At the bound (after
@@ -94,6 +182,7 @@ impl Sessions {
         self.check_owner(&mut table, owner, now)?;
         self.make_room(&mut table, now)?;
         let session = Session::new(verified.version, owner.clone(), now);
+        self.share(&session, verified.nonce, true);
         table.live.insert(verified.nonce, session.clone());
         Ok((token, session))
     }
@@ -120,12 +209,15 @@ impl Sessions {
         self.check_owner(&mut table, principal, now)?;
         self.make_room(&mut table, now)?;
         let session = Session::new(verified.version, principal.clone(), now);
+        // Minted by another replica (or before a restart): its record there is restored by
+        // the first request.
+        self.share(&session, verified.nonce, false);
         table.live.insert(verified.nonce, session.clone());
         Ok(session)
     }
 
     /// Ends the session a request of `principal` names (DELETE); another principal's is 404.
-    pub fn end(&self, token: &str, principal: &Principal) -> Result<(), Error> {
+    pub fn end(&self, token: &str, principal: &Principal) -> Result<Nonce, Error> {
         let verified = self.0.key.verify(token, principal.id()).ok_or(DownstreamError::SessionNotFound)?;
         let mut table = self.0.table.lock().expect("sessions");
         if table.ended.set.contains(&verified.nonce)
@@ -137,7 +229,7 @@ impl Sessions {
             session.end();
         }
         table.ended.insert(verified.nonce, self.0.max);
-        Ok(())
+        Ok(verified.nonce)
     }
 
     /// Evicts the sessions idle for longer than the idle time; returns how many.

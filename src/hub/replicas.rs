@@ -1,0 +1,128 @@
+//! The hub on a replica of a cluster: what the other replicas announce is applied here
+//! (changes invalidate the cache and reach this replica's listeners; the holder's live filter
+//! acknowledges listens), and this replica's interest in each upstream is published for the
+//! holder of its listen.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::Hub;
+use super::feed::local_interest;
+use crate::cluster::{Cluster, Event, Inbound, Role};
+
+/// Quiet time before an interest change is published, so that a burst of listens costs one
+/// write.
+const INTEREST_DEBOUNCE: Duration = Duration::from_millis(5);
+
+pub(super) fn start(hub: &Hub, cluster: &Cluster, cancel: &CancellationToken, tracker: &TaskTracker) {
+    cluster.start(cancel, tracker);
+    if let Some(inbox) = cluster.take_inbox() {
+        tracker.spawn(receive(hub.clone(), cluster.clone(), inbox, cancel.clone()));
+    }
+    for index in 0..hub.0.upstreams.len() {
+        tracker.spawn(interest(hub.clone(), cluster.clone(), index, cancel.clone()));
+        tracker.spawn(roles(hub.clone(), cluster.clone(), index, cancel.clone()));
+    }
+}
+
+fn following(cluster: &Cluster, index: usize) -> bool {
+    *cluster.role(index).borrow() == Role::Follower
+}
+
+/// Applies what the other replicas announce.
+async fn receive(hub: Hub, cluster: Cluster, mut inbox: mpsc::Receiver<Inbound>, cancel: CancellationToken) {
+    loop {
+        let inbound = tokio::select! {
+            _ = cancel.cancelled() => return,
+            msg = inbox.recv() => match msg { Some(m) => m, None => return },
+        };
+        match inbound {
+            // Routed to the session table by the bus itself.
+            Inbound::SessionEnded(_) => {}
+            Inbound::Gap => {
+                for index in 0..hub.0.upstreams.len() {
+                    if following(&cluster, index) {
+                        hub.resync_local(index);
+                    }
+                }
+            }
+            Inbound::Event { upstream, event } => match event {
+                // A holder's own feed already applied what it saw.
+                Event::Change(change) if !matches!(*cluster.role(upstream).borrow(), Role::Holder(_)) => {
+                    hub.apply(upstream, &change)
+                }
+                Event::Change(_) => {}
+                Event::Lost => hub.forget(upstream),
+                Event::Resync => hub.resync_local(upstream),
+                Event::Active(filter) => {
+                    if following(&cluster, upstream) {
+                        hub.0.active[upstream].send_replace(filter);
+                    }
+                }
+                Event::Interest => {
+                    if let Err(e) = cluster.refresh_interest(upstream).await {
+                        tracing::debug!(error = %e, "cannot read the other replicas' interest");
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// Publishes this replica's interest in upstream `index` when it changes, and again every
+/// lease period (so that a Redis that lost it, or a new holder, has it), and the holder's
+/// live filter with it.
+async fn interest(hub: Hub, cluster: Cluster, index: usize, cancel: CancellationToken) {
+    let mut desired = hub.0.desired[index].subscribe();
+    let mut watched = hub.0.cache.watches().changes(index);
+    let mut info = hub.0.upstreams[index].info_watch();
+    let mut health = cluster.health_watch();
+    let period = (cluster.config().lease_ttl / 4).max(Duration::from_millis(50));
+    let mut published = None;
+    loop {
+        let want = local_interest(&hub, index, &desired.borrow_and_update());
+        watched.mark_unchanged();
+        info.mark_unchanged();
+        // A change is announced to the holder; an unchanged interest is only rewritten.
+        let changed = published.as_ref() != Some(&want);
+        match cluster.publish_interest(index, &want, changed).await {
+            Ok(()) => published = Some(want),
+            Err(_) => published = None,
+        }
+        if matches!(*cluster.role(index).borrow(), Role::Holder(_)) {
+            cluster.announce(index, Event::Active(hub.0.active[index].borrow().clone()));
+        }
+        let changed = tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = desired.changed() => true,
+            _ = watched.changed() => true,
+            _ = info.changed() => true,
+            _ = health.changed() => true,
+            _ = tokio::time::sleep(period) => false,
+        };
+        if changed {
+            tokio::time::sleep(INTEREST_DEBOUNCE).await;
+        }
+    }
+}
+
+/// A replica that stops running its own listen for upstream `index` (another replica won
+/// the lease when Redis came back) may have missed changes in between: its listeners resync.
+async fn roles(hub: Hub, cluster: Cluster, index: usize, cancel: CancellationToken) {
+    let mut role = cluster.role(index);
+    let mut was = *role.borrow_and_update();
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            changed = role.changed() => if changed.is_err() { return },
+        }
+        let now = *role.borrow_and_update();
+        if was == Role::Solo && now == Role::Follower {
+            hub.resync_local(index);
+        }
+        was = now;
+    }
+}
