@@ -20,11 +20,11 @@ use std::time::Instant;
 
 pub use call::{Answer, CacheStatus, Call, Progress};
 pub use hints::Hints;
-pub use merge::ListKind;
 
 use crate::cache::{Cache, Flights};
 use crate::config::ProxyConfig;
 use crate::error::{DownstreamError, Error};
+use crate::mcp::List;
 use crate::mcp::method as m;
 use crate::telemetry::Metrics;
 use crate::upstream::Upstream;
@@ -106,10 +106,10 @@ impl Router {
     pub async fn handle(&self, call: &Call<'_>) -> Result<Answer, Error> {
         match call.method {
             m::DISCOVER => Ok(self.discover(call).await),
-            m::RESOURCES_LIST => self.list(call, &merge::RESOURCES).await,
-            m::RESOURCES_TEMPLATES_LIST => self.list(call, &merge::TEMPLATES).await,
-            m::TOOLS_LIST => self.list(call, &merge::TOOLS).await,
-            m::PROMPTS_LIST => self.list(call, &merge::PROMPTS).await,
+            m::RESOURCES_LIST => self.list(call, List::Resources).await,
+            m::RESOURCES_TEMPLATES_LIST => self.list(call, List::Templates).await,
+            m::TOOLS_LIST => self.list(call, List::Tools).await,
+            m::PROMPTS_LIST => self.list(call, List::Prompts).await,
             m::RESOURCES_READ => self.read(call).await,
             m::TOOLS_CALL | m::PROMPTS_GET => self.call_named(call).await,
             m::COMPLETE => self.complete(call).await,

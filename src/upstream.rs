@@ -28,9 +28,10 @@ use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use crate::mcp::notify::Unsolicited;
 pub use credential::OnBehalf;
 pub use discovery::UpstreamInfo;
-pub use legacy::{Era, Unsolicited};
+pub use legacy::Era;
 pub use reply::Reply;
 
 use crate::config::{Transport as TransportConfig, UpstreamConfig};
@@ -565,7 +566,7 @@ impl Upstream {
 
     /// Opens a `subscriptions/listen` for `filter` (upstream URIs). The returned stream yields
     /// the acknowledgment, the changes, and how it ended. Modern upstreams only.
-    pub async fn listen(&self, filter: &listen::Filter) -> Result<listen::UpstreamListen, UpstreamError> {
+    pub async fn listen(&self, filter: &crate::mcp::notify::Filter) -> Result<listen::UpstreamListen, UpstreamError> {
         let mut params: serde_json::Value = serde_json::from_str(&discovery::own_params()).expect("valid JSON");
         params["notifications"] = filter.to_json();
         let params = serde_json::to_vec(&params).expect("serializable");

@@ -13,9 +13,11 @@ use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 
 use super::Hub;
+use crate::mcp::Capability;
+use crate::mcp::notify::{Change, Filter, Unsolicited};
 use crate::upstream::backoff::Backoff;
-use crate::upstream::legacy::{Era, Session, Unsolicited};
-use crate::upstream::listen::{Change, Filter, ListKind, ListenEnd, ListenEvent, UpstreamListen};
+use crate::upstream::legacy::{Era, Session};
+use crate::upstream::listen::{ListenEnd, ListenEvent, UpstreamListen};
 use crate::upstream::{Reply, Upstream};
 
 /// How long after a switch a change already delivered by the old stream is dropped when the
@@ -29,8 +31,8 @@ fn effective(hub: &Hub, index: usize, desired: &Filter) -> Filter {
     let Some(info) = upstream.info() else { return Filter::default() };
     let standing = hub.0.cache.enabled() && upstream.config().cache;
     let mut f = Filter::default();
-    for kind in ListKind::ALL {
-        if info.flag(kind.capability(), "listChanged") && (desired.list(kind) || standing) {
+    for kind in Capability::ALL {
+        if info.flag(kind.name(), "listChanged") && (desired.list(kind) || standing) {
             f.set_list(kind, true);
         }
     }
@@ -45,7 +47,7 @@ fn effective(hub: &Hub, index: usize, desired: &Filter) -> Filter {
 
 /// Whether going from `have` to `want` only removes things.
 fn only_shrinks(have: &Filter, want: &Filter) -> bool {
-    want.uris.is_subset(&have.uris) && ListKind::ALL.iter().all(|k| !want.list(*k) || have.list(*k))
+    want.uris.is_subset(&have.uris) && Capability::ALL.iter().all(|k| !want.list(*k) || have.list(*k))
 }
 
 /// Opens a listen and waits for its acknowledgment.

@@ -11,13 +11,14 @@ use bytes::Bytes;
 
 use super::backoff::Backoff;
 use super::discovery::{UpstreamInfo, own_params};
-use super::legacy::{self, Era, Session, Unsolicited};
+use super::legacy::{self, Era, Session};
 use super::reply::Reply;
 use super::sse::SseStream;
 use super::{Transport, Upstream, http};
 use crate::error::UpstreamError;
 use crate::jsonrpc::{Incoming, Kind, encode_request};
 use crate::mcp;
+use crate::mcp::notify::{Change, Unsolicited};
 
 /// How long a stdio server gets to answer the probe before it counts as legacy (the spec:
 /// "any other error, or a timeout, means legacy").
@@ -266,7 +267,7 @@ async fn handle_message(
     let Ok(msg) = Incoming::parse(text) else { return }; // priming events carry no data
     match msg.kind {
         Kind::Notification => {
-            if let Some(change) = legacy::unsolicited(&msg) {
+            if let Some(change) = Change::of(&msg) {
                 let _ = upstream.0.unsolicited.send(Unsolicited::Change(change));
             }
         }

@@ -8,7 +8,6 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use super::discovery::UpstreamInfo;
-use super::listen::{Change, ListKind};
 use super::reply::Reply;
 use crate::config::{CacheScopeDefault, UpstreamConfig};
 use crate::jsonrpc::{Incoming, RawObject, RpcError, code, encode_error, encode_result, raw_str};
@@ -35,14 +34,6 @@ pub struct Session {
     pub id: Option<String>,
     /// Bumped on every (re-)initialization, so that subscriptions can be re-made.
     pub generation: u64,
-}
-
-/// Something an upstream said without being asked (legacy), or a gap in what it said.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Unsolicited {
-    Change(Change),
-    /// Notifications may have been missed (stream reconnected, session or process replaced).
-    Gap,
 }
 
 /// `initialize` params: the proxy's identity and the client capabilities it can relay.
@@ -169,17 +160,6 @@ pub fn answer_server_request(msg: &Incoming<'_>) -> Option<Bytes> {
             ),
         ),
     })
-}
-
-/// A legacy server's unsolicited notification, if it is one the proxy acts on.
-pub fn unsolicited(msg: &Incoming<'_>) -> Option<Change> {
-    match msg.method() {
-        m::RESOURCES_UPDATED => {
-            let params = RawObject::parse(msg.params?).ok()?;
-            Some(Change::Updated(params.get("uri").and_then(raw_str)?.into_owned()))
-        }
-        other => ListKind::ALL.into_iter().find(|k| k.method() == other).map(Change::ListChanged),
-    }
 }
 
 /// Whether an answer to the `server/discover` probe shows a modern server (reference §7):

@@ -24,6 +24,7 @@ use super::backoff::Backoff;
 use super::reply::Reply;
 use crate::error::UpstreamError;
 use crate::jsonrpc::{Incoming, Kind, encode_notification};
+use crate::mcp::notify::{Change, Unsolicited, subscription_of};
 
 /// How to start the process.
 #[derive(Debug, Clone)]
@@ -37,7 +38,7 @@ pub struct StdioSpec {
     /// Longest wait between restarts.
     pub backoff_max: Duration,
     /// Where notifications outside any listen go (legacy servers send them unasked).
-    pub unsolicited: tokio::sync::broadcast::Sender<super::legacy::Unsolicited>,
+    pub unsolicited: tokio::sync::broadcast::Sender<Unsolicited>,
 }
 
 /// A live process: the writer queue and the requests awaiting an answer.
@@ -353,10 +354,10 @@ fn on_line(spec: &StdioSpec, conn: &Conn, line: Bytes) {
             }
         }
         Kind::Notification => {
-            let Some(sub) = super::listen::subscription_of(&msg) else {
+            let Some(sub) = subscription_of(&msg) else {
                 // Legacy servers announce changes unasked.
-                if let Some(change) = super::legacy::unsolicited(&msg) {
-                    let _ = spec.unsolicited.send(super::legacy::Unsolicited::Change(change));
+                if let Some(change) = Change::of(&msg) {
+                    let _ = spec.unsolicited.send(Unsolicited::Change(change));
                 }
                 return;
             };

@@ -23,7 +23,8 @@ use crate::auth::Principal;
 use crate::error::{DownstreamError, Error};
 use crate::hub::{Hub, Listener, Notice, Subscription};
 use crate::jsonrpc::RequestId;
-use crate::upstream::listen::{Filter, ListKind};
+use crate::mcp::Capability;
+use crate::mcp::notify::Filter;
 
 /// A legacy session. Shared (`Arc`) by the session table, the requests in flight and the
 /// session's stream writer.
@@ -198,7 +199,7 @@ impl Session {
 /// change (the hub honours what the upstreams declared).
 fn filter(uris: &BTreeSet<String>) -> Filter {
     let mut f = Filter { uris: uris.clone(), ..Filter::default() };
-    for kind in ListKind::ALL {
+    for kind in Capability::ALL {
         f.set_list(kind, true);
     }
     f

@@ -93,7 +93,7 @@ pub fn notification(change: &Notice) -> Vec<u8> {
             write_json_string(&mut out, uri);
             out.push(b'}');
         }
-        Notice::List(kind) => write_json_string(&mut out, kind.method()),
+        Notice::List(kind) => write_json_string(&mut out, kind.changed()),
     }
     out.push(b'}');
     out
@@ -102,7 +102,7 @@ pub fn notification(change: &Notice) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::listen::ListKind;
+    use crate::mcp::Capability;
     use serde_json::{Value, json};
 
     #[test]
@@ -112,7 +112,7 @@ mod tests {
             v,
             json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "docs+docs://status"}})
         );
-        let v: Value = serde_json::from_slice(&notification(&Notice::List(ListKind::Prompts))).unwrap();
+        let v: Value = serde_json::from_slice(&notification(&Notice::List(Capability::Prompts))).unwrap();
         assert_eq!(v, json!({"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"}));
     }
 }
