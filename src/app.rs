@@ -16,7 +16,7 @@ use crate::admin::{self, Admin};
 use crate::auth::Authenticator;
 use crate::cache::Cache;
 use crate::config::Config;
-use crate::downstream::legacy::{SessionKey, Sessions};
+use crate::downstream::legacy::{SessionKey, SessionTable};
 use crate::downstream::{self, Endpoint};
 use crate::hub::Hub;
 use crate::router::Router;
@@ -101,7 +101,7 @@ impl Core {
             };
             match Upstream::start(up.clone(), client, &metrics, &cancel, &tracker) {
                 Ok(u) => upstreams.push(u),
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(e.to_string()),
             }
         }
         let (cursors, session_key) = match &config.proxy.cursor_secret {
@@ -174,7 +174,7 @@ impl App {
             }
         };
         let listen = &config.listen;
-        let sessions = Sessions::with_per_principal(
+        let sessions = SessionTable::with_per_principal(
             core.session_key.clone(),
             listen.max_legacy_sessions,
             listen.max_legacy_sessions_per_principal,

@@ -15,7 +15,6 @@ pub mod namespace;
 pub mod rewrite;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 pub use call::{Answer, CacheStatus, Call, Progress};
@@ -46,10 +45,8 @@ struct Inner {
     started: Instant,
     cache: Cache,
     flights: Flights<cached::Shared>,
-    /// Per upstream and list kind: until when (ms on `clock`) its pages count as private.
-    private_until: Vec<[AtomicU64; 4]>,
-    /// Origin of `private_until` (tokio's clock, which tests can pause).
-    clock: tokio::time::Instant,
+    /// Per upstream and list: whether its pages count as private.
+    scope_memo: merge::ScopeMemo,
     /// Upstream calls held open for MRTR relay.
     held: held::HeldCalls,
     metrics: Metrics,
@@ -65,12 +62,10 @@ impl Router {
     ) -> Self {
         let names: Vec<(String, bool)> = upstreams.iter().map(|u| (u.name().to_owned(), u.config().prefix)).collect();
         let server_info = serde_json::json!({"name": proxy.name, "version": env!("CARGO_PKG_VERSION")}).to_string();
-        let private_until = upstreams.iter().map(|_| Default::default()).collect();
         Self(Arc::new(Inner {
             cache,
             flights: Flights::default(),
-            private_until,
-            clock: tokio::time::Instant::now(),
+            scope_memo: merge::ScopeMemo::new(upstreams.len()),
             held: held::HeldCalls::default(),
             metrics,
             ns: Namespace::new(&names),

@@ -16,8 +16,8 @@ use super::Hub;
 use crate::mcp::Capability;
 use crate::mcp::notify::{Change, Filter, Unsolicited};
 use crate::upstream::backoff::Backoff;
-use crate::upstream::legacy::{Era, Session};
 use crate::upstream::listen::{ListenEnd, ListenEvent, UpstreamListen};
+use crate::upstream::{Era, UpstreamSession};
 use crate::upstream::{Reply, Upstream};
 
 /// How long after a switch a change already delivered by the old stream is dropped when the
@@ -95,7 +95,7 @@ struct FeedState {
 
 /// A legacy upstream: `resources/subscribe` / `unsubscribe` for the union of listeners' URIs
 /// (refcounted by the hub, removals after the linger), changes arriving unsolicited.
-async fn run_legacy(hub: &Hub, index: usize, session: &Session, state: &mut FeedState) {
+async fn run_legacy(hub: &Hub, index: usize, session: &UpstreamSession, state: &mut FeedState) {
     let upstream = hub.0.upstreams[index].clone();
     let cfg = hub.0.config.clone();
     let mut desired = hub.0.desired[index].subscribe();

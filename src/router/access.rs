@@ -13,7 +13,7 @@ use super::namespace::{NAME_SEP, URI_SEP};
 use super::rewrite::Field;
 use super::{Call, Router};
 use crate::auth::policy::{self, Kind};
-use crate::error::{Error, UpstreamError};
+use crate::error::{Error, UpstreamError, UpstreamErrorKind};
 use crate::jsonrpc::RawObject;
 use crate::mcp::List;
 
@@ -40,7 +40,7 @@ impl Router {
             return Ok(items);
         }
         let malformed = |reason: String| {
-            Error::from(UpstreamError::Protocol { upstream: self.0.upstreams[index].name().to_owned(), reason })
+            Error::from(UpstreamError::new(self.0.upstreams[index].name(), UpstreamErrorKind::Protocol { reason }))
         };
         let text = std::str::from_utf8(&items).map_err(|e| malformed(e.to_string()))?;
         let wrapped = format!("[{text}]");

@@ -4,7 +4,7 @@
 //! upstream exactly once.
 
 use crate::upstream::OnBehalf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use futures_util::future::join_all;
@@ -16,7 +16,7 @@ use super::rewrite::{self, Field};
 use super::{Answer, CacheStatus, Call, Router};
 use crate::cache::{CachedMethod, Stored};
 use crate::config::OnError;
-use crate::error::{DownstreamError, Error, UpstreamError};
+use crate::error::{DownstreamError, Error, UpstreamError, UpstreamErrorKind};
 use crate::jsonrpc::{RawObject, RpcError, raw_str, write_json_string};
 use crate::mcp::{self, List};
 use crate::upstream::Reply;
@@ -27,6 +27,34 @@ pub(super) fn identity(list: List) -> Field {
         List::Resources => Field::Uri("uri"),
         List::Templates => Field::Uri("uriTemplate"),
         List::Tools | List::Prompts => Field::Name("name"),
+    }
+}
+
+/// Per upstream and list: until when its pages count as private (DESIGN §3), in ms on
+/// tokio's clock (which paused-time tests move).
+pub(super) struct ScopeMemo {
+    origin: tokio::time::Instant,
+    private_until: Vec<[AtomicU64; 4]>,
+}
+
+impl ScopeMemo {
+    pub(super) fn new(upstreams: usize) -> Self {
+        Self {
+            origin: tokio::time::Instant::now(),
+            private_until: (0..upstreams).map(|_| Default::default()).collect(),
+        }
+    }
+
+    /// Whether a page of `list` from upstream `index` that its upstream scoped `public` (or
+    /// not) for `ttl_ms` counts as public: not while a private page of it is within its TTL.
+    pub(super) fn public(&self, index: usize, list: List, public: bool, ttl_ms: u64) -> bool {
+        let slot = &self.private_until[index][list.slot()];
+        let now = self.origin.elapsed().as_millis() as u64;
+        if !public {
+            slot.fetch_max(now + ttl_ms, Ordering::Relaxed);
+            return false;
+        }
+        slot.load(Ordering::Relaxed) <= now
     }
 }
 
@@ -94,10 +122,10 @@ impl Router {
                     continue;
                 }
                 Ok(Served { got: Got::Relayed(e), .. }) => PageError::Answered(e),
-                Ok(_) => PageError::Failed(UpstreamError::Protocol {
-                    upstream: upstream.name().to_owned(),
-                    reason: "list request produced no page".into(),
-                }),
+                Ok(_) => PageError::Failed(UpstreamError::new(
+                    upstream.name(),
+                    UpstreamErrorKind::Protocol { reason: "list request produced no page".into() },
+                )),
                 Err(Error::Upstream(u)) => PageError::Failed(u),
                 Err(other) => return Err(other),
             };
@@ -132,13 +160,7 @@ impl Router {
     /// DESIGN §3: a list that was private within its last TTL stays private, so that a page
     /// served from an older public entry cannot make a merged page public.
     fn scope_memo(&self, index: usize, kind: List, public: bool, ttl_ms: u64) -> bool {
-        let slot = &self.0.private_until[index][kind.slot()];
-        let now = self.0.clock.elapsed().as_millis() as u64;
-        if !public {
-            slot.fetch_max(now + ttl_ms, Ordering::Relaxed);
-            return false;
-        }
-        slot.load(Ordering::Relaxed) <= now
+        self.0.scope_memo.public(index, kind, public, ttl_ms)
     }
 
     /// One upstream's page, through the cache.
@@ -164,16 +186,17 @@ impl Router {
             }
         };
         let malformed = |e: String| {
-            Error::from(UpstreamError::Protocol {
-                upstream: upstream.name().to_owned(),
-                reason: format!("{} page: {e}", kind.method()),
-            })
+            Error::from(UpstreamError::new(
+                upstream.name(),
+                UpstreamErrorKind::Protocol { reason: format!("{} page: {e}", kind.method()) },
+            ))
         };
         let text = std::str::from_utf8(&body).map_err(|e| malformed(e.to_string()))?;
         let page = RawObject::parse_str(text).map_err(|e| malformed(e.to_string()))?;
         let mut items = Vec::new();
         if let Some(array) = page.get(kind.items()) {
-            rewrite::list_items(array, identity(kind), &self.0.ns, index, &mut items).map_err(malformed)?;
+            rewrite::list_items(array, identity(kind), &self.0.ns, index, &mut items)
+                .map_err(|e| malformed(e.to_string()))?;
         }
         let next: Option<Box<str>> = match page.get("nextCursor") {
             None => None,
@@ -238,5 +261,24 @@ impl Router {
         out.extend_from_slice(self.0.server_info.as_bytes());
         out.extend_from_slice(b"}}");
         Bytes::from(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_private_page_keeps_its_list_private_for_its_ttl() {
+        let memo = ScopeMemo::new(2);
+        assert!(memo.public(0, List::Tools, true, 1000));
+        assert!(!memo.public(0, List::Tools, false, 1000));
+        tokio::time::advance(Duration::from_millis(999)).await;
+        assert!(!memo.public(0, List::Tools, true, 1000), "still within the private page's TTL");
+        assert!(memo.public(0, List::Prompts, true, 1000), "other lists are not affected");
+        assert!(memo.public(1, List::Tools, true, 1000), "other upstreams are not affected");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(memo.public(0, List::Tools, true, 1000), "public again once the TTL has passed");
     }
 }

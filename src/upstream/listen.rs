@@ -4,7 +4,12 @@
 use bytes::Bytes;
 use serde_json::Value;
 
-use crate::jsonrpc::{Incoming, Kind, RawObject, RpcError};
+use super::{Reply, Transport, Upstream, discovery, http};
+use crate::error::UpstreamError;
+use std::sync::Arc;
+
+use crate::jsonrpc::{Incoming, Kind, RawObject, RpcError, encode_request};
+use crate::mcp;
 use crate::mcp::method as m;
 use crate::mcp::notify::{Change, Filter};
 
@@ -19,6 +24,19 @@ pub enum ListenEnd {
     Refused(RpcError),
     /// The stream broke.
     Abrupt(String),
+}
+
+/// Why an upstream listen's stream broke (the upstream side).
+#[derive(Debug, thiserror::Error)]
+enum Broken {
+    #[error("answered")]
+    Answered,
+    #[error("upstream process exited or fell behind")]
+    Exited,
+    #[error("upstream closed the stream")]
+    Closed,
+    #[error(transparent)]
+    Sse(super::sse::SseError),
 }
 
 /// What a listen stream delivers.
@@ -65,6 +83,40 @@ pub fn classify(message: &Bytes, id: &str) -> Option<ListenEvent> {
             }
         }
         Kind::Request => None,
+    }
+}
+
+impl Upstream {
+    /// Opens a `subscriptions/listen` for `filter` (upstream URIs). The returned stream yields
+    /// the acknowledgment, the changes, and how it ended. Modern upstreams only.
+    pub async fn listen(&self, filter: &crate::mcp::notify::Filter) -> Result<UpstreamListen, UpstreamError> {
+        let mut params: serde_json::Value = serde_json::from_str(&discovery::own_params()).expect("valid JSON");
+        params["notifications"] = filter.to_json();
+        let params = serde_json::to_vec(&params).expect("serializable");
+        let method = mcp::method::LISTEN;
+        let id = self.next_id();
+        let body = encode_request(&id, method, &params);
+        let id_json = id.as_json().to_owned();
+        match &self.0.transport {
+            Transport::Http(t) => {
+                let headers = http::Headers::modern(method, &params, |_| Arc::from(Vec::new()));
+                let auth = self.proxy_auth().await?;
+                match t.open(&id_json, body, &headers, auth.as_deref().map(|a| a.header())).await? {
+                    http::Opened::Stream { body, .. } => Ok(UpstreamListen::http(id_json, body, t.max_message())),
+                    http::Opened::Reply(ex) => {
+                        let end = match ex.reply {
+                            Reply::Error(e) => ListenEnd::Refused(e),
+                            Reply::Result(_) => ListenEnd::Graceful,
+                        };
+                        Ok(UpstreamListen::answered(id_json, ListenEvent::End(end)))
+                    }
+                }
+            }
+            Transport::Stdio(t) => {
+                let (messages, guard) = t.open_listen(&id_json, body).await?;
+                Ok(UpstreamListen::stdio(id_json, messages, guard))
+            }
+        }
     }
 }
 
@@ -118,7 +170,7 @@ impl UpstreamListen {
                 Ok(m) => m,
                 Err(reason) => {
                     self.ended = true;
-                    return ListenEvent::End(ListenEnd::Abrupt(reason));
+                    return ListenEvent::End(ListenEnd::Abrupt(reason.to_string()));
                 }
             };
             if let Some(event) = classify(&message, &self.id) {
@@ -128,16 +180,14 @@ impl UpstreamListen {
         }
     }
 
-    async fn next_message(&mut self) -> Result<Bytes, String> {
+    async fn next_message(&mut self) -> Result<Bytes, Broken> {
         match &mut self.source {
-            Source::Answered(_) => Err("answered".into()),
-            Source::Stdio { messages, .. } => {
-                messages.recv().await.ok_or_else(|| "upstream process exited or fell behind".to_owned())
-            }
+            Source::Answered(_) => Err(Broken::Answered),
+            Source::Stdio { messages, .. } => messages.recv().await.ok_or(Broken::Exited),
             Source::Http(stream) => match stream.next_data().await {
                 Ok(Some(message)) => Ok(message),
-                Ok(None) => Err("upstream closed the stream".into()),
-                Err(e) => Err(e.to_string()),
+                Ok(None) => Err(Broken::Closed),
+                Err(e) => Err(Broken::Sse(e)),
             },
         }
     }

@@ -22,7 +22,7 @@ use tokio_util::task::TaskTracker;
 
 use super::backoff::Backoff;
 use super::reply::Reply;
-use crate::error::UpstreamError;
+use crate::error::{UpstreamError, UpstreamErrorKind};
 use crate::jsonrpc::{Incoming, Kind, encode_notification};
 use crate::mcp::notify::{Change, Unsolicited, subscription_of};
 
@@ -115,7 +115,7 @@ impl StdioTransport {
         let message = reply_rx.await.map_err(|_| self.disconnected("process exited"))?;
         guard.done = true;
         Reply::decode(&message, Some(id))
-            .map_err(|reason| UpstreamError::Protocol { upstream: self.name.clone(), reason })
+            .map_err(|e| UpstreamError::new(self.name.clone(), UpstreamErrorKind::Malformed(e)))
     }
 
     /// Sends a `subscriptions/listen` line; its messages arrive on the returned channel until
@@ -150,11 +150,11 @@ impl StdioTransport {
     }
 
     fn unavailable(&self, reason: &str) -> UpstreamError {
-        UpstreamError::Unavailable { upstream: self.name.clone(), reason: reason.into() }
+        UpstreamError::new(self.name.clone(), UpstreamErrorKind::Unavailable { reason: reason.into() })
     }
 
     fn disconnected(&self, reason: &str) -> UpstreamError {
-        UpstreamError::Disconnected { upstream: self.name.clone(), reason: reason.into() }
+        UpstreamError::new(self.name.clone(), UpstreamErrorKind::Disconnected { reason: reason.into() })
     }
 }
 

@@ -28,7 +28,7 @@ use crate::mcp::notify::Filter;
 
 /// A legacy session. Shared (`Arc`) by the session table, the requests in flight and the
 /// session's stream writer.
-pub struct Session {
+pub struct DownstreamSession {
     /// The protocol version negotiated at `initialize`.
     pub version: &'static str,
     /// Who created it: the only principal that may use it.
@@ -51,7 +51,7 @@ struct State {
 }
 
 /// Marks the session's stream open; dropping it marks it closed.
-pub struct StreamGuard(Arc<Session>);
+pub struct StreamGuard(Arc<DownstreamSession>);
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
@@ -66,7 +66,7 @@ impl Drop for StreamGuard {
     }
 }
 
-impl Session {
+impl DownstreamSession {
     /// A session of `owner` negotiated for `version`, active as of `now`.
     pub fn new(version: &'static str, owner: Principal, now: Instant) -> Arc<Self> {
         Arc::new(Self {

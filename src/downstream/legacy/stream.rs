@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::{MissedTickBehavior, interval, timeout};
 use tokio_util::sync::CancellationToken;
 
-use super::session::{Session, StreamGuard};
+use super::session::{DownstreamSession, StreamGuard};
 use crate::downstream::framing::Framing;
 use crate::hub::{Listener, Notice};
 use crate::jsonrpc::write_json_string;
@@ -33,7 +33,7 @@ pub struct StreamOptions {
 
 /// Writes `session`'s changes to `tx` until the session ends, `stop` fires, the client goes
 /// away or stops reading. `guard` keeps the stream marked open meanwhile.
-pub async fn pump(session: Arc<Session>, guard: StreamGuard, tx: mpsc::Sender<Bytes>, opts: StreamOptions) {
+pub async fn pump(session: Arc<DownstreamSession>, guard: StreamGuard, tx: mpsc::Sender<Bytes>, opts: StreamOptions) {
     let _guard = guard;
     let framing = opts.framing;
     let send = |frame: Bytes| {
