@@ -17,7 +17,7 @@ use crate::auth::Authenticator;
 use crate::cache::Cache;
 use crate::cluster::Cluster;
 use crate::config::Config;
-use crate::downstream::legacy::{SessionKey, Sessions};
+use crate::downstream::legacy::{SessionKey, SessionTable};
 use crate::downstream::{self, Endpoint};
 use crate::hub::Hub;
 use crate::router::Router;
@@ -102,7 +102,7 @@ impl Core {
             };
             match Upstream::start(up.clone(), client, &metrics, &cancel, &tracker) {
                 Ok(u) => upstreams.push(u),
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(e.to_string()),
             }
         }
         let names = upstreams.iter().map(|u| Arc::<str>::from(u.name())).collect();
@@ -196,7 +196,7 @@ impl App {
             }
         };
         let listen = &config.listen;
-        let sessions = Sessions::with_per_principal(
+        let sessions = SessionTable::with_per_principal(
             core.session_key.clone(),
             listen.max_legacy_sessions,
             listen.max_legacy_sessions_per_principal,

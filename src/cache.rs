@@ -183,3 +183,35 @@ impl Cache {
         self.0.store.entry_count()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> CacheKey {
+        CacheKey {
+            upstream: 0,
+            method: CachedMethod::ResourcesRead,
+            era: 0,
+            params: r#"{"uri":"a://x"}"#.into(),
+            partition: Partition::Public,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn entries_go_stale_then_miss_on_tokio_time() {
+        let config = CacheConfig { stale_if_error: Duration::from_secs(2), ..CacheConfig::default() };
+        let cache = Cache::new(config, 1);
+        let ticket = cache.epochs().ticket(0, CachedMethod::ResourcesRead, Some("a://x"));
+        let stored = Stored::result(b"{}").unwrap();
+        assert!(cache.store(key(), stored, Duration::from_secs(1), ticket, None));
+        let owner = Owner::Anonymous([0; 16]);
+        assert!(matches!(cache.lookup(&mut key(), &owner), Lookup::Fresh(_)));
+        tokio::time::advance(Duration::from_millis(999)).await;
+        assert!(matches!(cache.lookup(&mut key(), &owner), Lookup::Fresh(_)));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(matches!(cache.lookup(&mut key(), &owner), Lookup::Stale(_)), "stale at its TTL");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(matches!(cache.lookup(&mut key(), &owner), Lookup::Miss), "gone past the stale window");
+    }
+}

@@ -36,7 +36,7 @@ pub use sessions::Adopted;
 pub use value::{SharedValue, now_ms};
 
 use crate::config::ClusterConfig;
-use crate::upstream::listen::Filter;
+use crate::mcp::notify::Filter;
 
 /// Why a Redis call did not succeed. The request it served goes on without Redis.
 #[derive(Debug, thiserror::Error)]

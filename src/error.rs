@@ -1,6 +1,7 @@
 //! Errors of every layer, and the one mapping from an error to the JSON-RPC error object and
 //! HTTP status that the spec's table prescribes (reference §1.3, §2.1).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
@@ -76,57 +77,80 @@ pub enum DownstreamError {
 }
 
 /// An upstream that could not produce an answer. (An upstream that answers with a JSON-RPC
-/// error is not an `UpstreamError`: its error is relayed as an answer.)
+/// error is not an `UpstreamError`: its error is relayed as an answer.) It always names its
+/// upstream: no transport can build one without it.
+#[derive(Debug, Clone)]
+pub struct UpstreamError {
+    pub upstream: Arc<str>,
+    pub kind: UpstreamErrorKind,
+}
+
+/// What went wrong with an upstream.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum UpstreamError {
-    #[error("upstream `{upstream}` did not answer within {after:?}")]
-    Timeout { upstream: String, after: Duration },
-    #[error("upstream `{upstream}` is unavailable: {reason}")]
-    Unavailable { upstream: String, reason: String },
+pub enum UpstreamErrorKind {
+    #[error("did not answer within {after:?}")]
+    Timeout { after: Duration },
+    #[error("is unavailable: {reason}")]
+    Unavailable { reason: String },
     /// TLS with the upstream failed: the handshake, its certificate (or ours), or an alert.
-    #[error("upstream `{upstream}` TLS failed: {reason}")]
-    Tls { upstream: String, reason: String },
-    #[error("upstream `{upstream}` connection failed mid-request: {reason}")]
-    Disconnected { upstream: String, reason: String },
-    #[error("upstream `{upstream}` broke the protocol: {reason}")]
-    Protocol { upstream: String, reason: String },
-    #[error("upstream `{upstream}` answered HTTP {status}")]
-    Status { upstream: String, status: u16 },
-    #[error("upstream `{upstream}` sent a message over {limit} bytes")]
-    TooLarge { upstream: String, limit: usize },
-    #[error("upstream `{upstream}` no longer knows the proxy's session")]
-    SessionLost { upstream: String },
+    #[error("TLS failed: {reason}")]
+    Tls { reason: String },
+    #[error("connection failed mid-request: {reason}")]
+    Disconnected { reason: String },
+    #[error("broke the protocol: {reason}")]
+    Protocol { reason: String },
+    /// A message the proxy cannot use, with what was wrong with it.
+    #[error("broke the protocol: {0}")]
+    Malformed(#[source] crate::upstream::Malformed),
+    #[error("answered HTTP {status}")]
+    Status { status: u16 },
+    #[error("sent a message over {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("no longer knows the proxy's session")]
+    SessionLost,
     /// No credential for the upstream: its token endpoint failed, or token exchange for a
     /// caller with no token of its own.
-    #[error("no credential for upstream `{upstream}`: {source}")]
+    #[error("has no credential: {source}")]
     Credential {
-        upstream: String,
         #[source]
-        source: std::sync::Arc<crate::upstream::credential::CredentialError>,
+        source: Arc<crate::upstream::credential::CredentialError>,
     },
 }
 
+impl std::fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.kind {
+            UpstreamErrorKind::Credential { source } => {
+                write!(f, "no credential for upstream `{}`: {source}", self.upstream)
+            }
+            kind => write!(f, "upstream `{}` {kind}", self.upstream),
+        }
+    }
+}
+
+impl std::error::Error for UpstreamError {
+    /// The kind's own cause (a credential error), so that chains read as before.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.kind)
+    }
+}
+
 impl UpstreamError {
+    pub fn new(upstream: impl Into<Arc<str>>, kind: UpstreamErrorKind) -> Self {
+        Self { upstream: upstream.into(), kind }
+    }
+
     /// The upstream's name.
     pub fn upstream(&self) -> &str {
-        match self {
-            Self::Timeout { upstream, .. }
-            | Self::Unavailable { upstream, .. }
-            | Self::Tls { upstream, .. }
-            | Self::Disconnected { upstream, .. }
-            | Self::Protocol { upstream, .. }
-            | Self::Status { upstream, .. }
-            | Self::TooLarge { upstream, .. }
-            | Self::SessionLost { upstream }
-            | Self::Credential { upstream, .. } => upstream,
-        }
+        &self.upstream
     }
 
     /// Whether the request may be retried on a fresh connection: the request may not have
     /// reached the upstream (refused connection, process down, dropped connection).
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Unavailable { .. } | Self::Disconnected { .. } | Self::SessionLost { .. })
-            || matches!(self, Self::Status { status, .. } if *status >= 500)
+        use UpstreamErrorKind as K;
+        matches!(self.kind, K::Unavailable { .. } | K::Disconnected { .. } | K::SessionLost)
+            || matches!(self.kind, K::Status { status } if status >= 500)
     }
 }
 
@@ -157,8 +181,8 @@ impl Error {
             Error::Downstream(_) => false,
             Error::Upstream(e) => {
                 e.is_retryable()
-                    || matches!(e, UpstreamError::Timeout { .. })
-                    || matches!(e, UpstreamError::Credential { source, .. } if source.is_transient())
+                    || matches!(e.kind, UpstreamErrorKind::Timeout { .. })
+                    || matches!(&e.kind, UpstreamErrorKind::Credential { source } if source.is_transient())
             }
             Error::Internal(_) => true,
         }
@@ -202,8 +226,8 @@ impl Error {
                 D::NotAcceptable(_) => (StatusCode::NOT_ACCEPTABLE, RpcError::new(code::INVALID_REQUEST, msg)),
             },
             Error::Upstream(u) => {
-                let status = match u {
-                    UpstreamError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+                let status = match u.kind {
+                    UpstreamErrorKind::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
                     _ => StatusCode::BAD_GATEWAY,
                 };
                 let mut data = json!({
@@ -211,10 +235,10 @@ impl Error {
                     "upstream": u.upstream(),
                     "retryable": self.is_retryable(),
                 });
-                if let UpstreamError::Tls { reason, .. } = u {
+                if let UpstreamErrorKind::Tls { reason } = &u.kind {
                     data["tls"] = json!(reason);
                 }
-                if let UpstreamError::Credential { source, .. } = u {
+                if let UpstreamErrorKind::Credential { source } = &u.kind {
                     data["credential"] = json!(crate::tls::error_chain(source.as_ref()));
                 }
                 (status, RpcError::new(code::INTERNAL_ERROR, msg).with_data(data))
@@ -244,7 +268,7 @@ mod tests {
             (DownstreamError::OriginNotAllowed.into(), 403, -32600),
             (DownstreamError::SessionNotFound.into(), 404, -32600),
             (DownstreamError::StreamConflict.into(), 409, -32600),
-            (UpstreamError::Timeout { upstream: "a".into(), after: Duration::from_secs(1) }.into(), 504, -32603),
+            (UpstreamError::new("a", UpstreamErrorKind::Timeout { after: Duration::from_secs(1) }).into(), 504, -32603),
         ];
         for (err, status, code) in cases {
             let (s, e) = err.to_jsonrpc();
@@ -254,10 +278,10 @@ mod tests {
 
     #[test]
     fn only_upstream_failures_are_retryable() {
-        let up = UpstreamError::Unavailable { upstream: "a".into(), reason: "refused".into() };
+        let up = UpstreamError::new("a", UpstreamErrorKind::Unavailable { reason: "refused".into() });
         assert!(Error::from(up).is_retryable());
         assert!(!Error::from(DownstreamError::Parse("x".into())).is_retryable());
-        let proto = UpstreamError::Protocol { upstream: "a".into(), reason: "x".into() };
+        let proto = UpstreamError::new("a", UpstreamErrorKind::Protocol { reason: "x".into() });
         assert!(!Error::from(proto).is_retryable());
     }
 }

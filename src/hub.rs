@@ -23,10 +23,11 @@ use crate::cluster::{Cluster, Event, Role};
 use crate::config::HubConfig;
 use crate::error::{DownstreamError, Error};
 use crate::jsonrpc::RequestId;
+use crate::mcp::Capability;
+use crate::mcp::notify::{Change, Filter};
 use crate::router::namespace::Namespace;
 use crate::upstream::Upstream;
 use crate::upstream::catalog::Named;
-use crate::upstream::listen::{Change, Filter, ListKind};
 
 /// Cheap handle over the hub.
 #[derive(Clone)]
@@ -176,8 +177,8 @@ impl Hub {
     fn set_active(&self, index: usize, upstream: &Upstream, uris: &std::collections::BTreeSet<String>) {
         let mut f = Filter { uris: uris.clone(), ..Filter::default() };
         if let Some(info) = upstream.info() {
-            for kind in ListKind::ALL {
-                f.set_list(kind, info.flag(kind.capability(), "listChanged"));
+            for kind in Capability::ALL {
+                f.set_list(kind, info.flag(kind.name(), "listChanged"));
             }
         }
         self.set_live(index, f);
@@ -285,12 +286,12 @@ impl Hub {
                 ack.uris.insert(uri.clone());
             }
         }
-        for kind in ListKind::ALL {
+        for kind in Capability::ALL {
             if !filter.list(kind) {
                 continue;
             }
             for (i, up) in self.0.upstreams.iter().enumerate() {
-                if up.info().is_some_and(|info| info.flag(kind.capability(), "listChanged"))
+                if up.info().is_some_and(|info| info.flag(kind.name(), "listChanged"))
                     && policy::reaches_upstream(&up.config().allow, principal)
                 {
                     topics.push((i, Topic::List(kind)));
@@ -378,19 +379,13 @@ impl Hub {
                 (Topic::Uri(uri.clone()), Notice::Uri(self.0.ns.uri_out(index, uri).into()))
             }
             Change::ListChanged(kind) => {
+                for list in kind.lists() {
+                    epochs.list_changed(up, CachedMethod::from(*list));
+                }
                 match kind {
-                    ListKind::Resources => {
-                        epochs.list_changed(up, CachedMethod::ResourcesList);
-                        epochs.list_changed(up, CachedMethod::TemplatesList);
-                    }
-                    ListKind::Tools => {
-                        epochs.list_changed(up, CachedMethod::ToolsList);
-                        self.0.upstreams[index].catalog().forget(Named::Tools);
-                    }
-                    ListKind::Prompts => {
-                        epochs.list_changed(up, CachedMethod::PromptsList);
-                        self.0.upstreams[index].catalog().forget(Named::Prompts);
-                    }
+                    Capability::Resources => {}
+                    Capability::Tools => self.0.upstreams[index].catalog().forget(Named::Tools),
+                    Capability::Prompts => self.0.upstreams[index].catalog().forget(Named::Prompts),
                 }
                 (Topic::List(*kind), Notice::List(*kind))
             }

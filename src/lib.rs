@@ -10,11 +10,13 @@
 //! Modules, in the order a request flows through them:
 //! - [`downstream`]: the Streamable HTTP endpoint, transport checks and spec validation.
 //! - [`jsonrpc`]: the codec, the one place JSON-RPC is parsed and written.
-//! - [`mcp`]: protocol vocabulary (versions, `_meta` keys, headers, methods).
+//! - [`mcp`]: protocol vocabulary (versions, `_meta` keys, headers, methods, lists, the listen
+//!   filter, changes and notices), a leaf that both sides share and that imports neither.
 //! - [`auth`]: the principal behind a request.
 //! - [`router`]: per-method routing, namespacing, merged lists and cursors.
 //! - [`cache`]: results by the upstream's `ttlMs`/`cacheScope`, single-flight, invalidation.
-//! - [`upstream`]: one handle per upstream server, over HTTP or a supervised stdio process.
+//! - [`upstream`]: one handle per upstream server, over HTTP or a supervised stdio process;
+//!   its request path, era and legacy sessions, listens and MRTR relay each in a file of its own.
 //! - [`hub`]: downstream listens, refcounted upstream listens, fan-out and invalidation.
 //! - [`error`]: errors of every layer and their JSON-RPC / HTTP mapping.
 //! - [`config`]: the configuration file; [`app`] builds the running proxy from it.

@@ -1,7 +1,13 @@
 //! Protocol vocabulary of MCP 2026-07-28: versions, `_meta` keys, method names, header names,
-//! and the header-value encoding (`=?base64?…?=`). Nothing here does I/O.
+//! the header-value encoding (`=?base64?…?=`), which list ([`list`]) and what changes are
+//! announced in ([`notify`]). Nothing here does I/O, and it imports no other layer but the
+//! codec: every side meets on these words.
 
 pub mod header_value;
+pub mod list;
+pub mod notify;
+
+pub use list::{Capability, List};
 
 /// The modern revision this proxy speaks on both sides.
 pub const MODERN_VERSION: &str = "2026-07-28";

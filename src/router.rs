@@ -16,17 +16,16 @@ pub mod rewrite;
 mod shared;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 pub use call::{Answer, CacheStatus, Call, Progress};
 pub use hints::Hints;
-pub use merge::ListKind;
 
 use crate::cache::{Cache, Flights};
 use crate::cluster::Cluster;
 use crate::config::ProxyConfig;
 use crate::error::{DownstreamError, Error};
+use crate::mcp::List;
 use crate::mcp::method as m;
 use crate::telemetry::Metrics;
 use crate::upstream::Upstream;
@@ -48,10 +47,8 @@ struct Inner {
     started: Instant,
     cache: Cache,
     flights: Flights<cached::Shared>,
-    /// Per upstream and list kind: until when (ms on `clock`) its pages count as private.
-    private_until: Vec<[AtomicU64; 4]>,
-    /// Origin of `private_until` (tokio's clock, which tests can pause).
-    clock: tokio::time::Instant,
+    /// Per upstream and list: whether its pages count as private.
+    scope_memo: merge::ScopeMemo,
     /// Upstream calls held open for MRTR relay.
     held: held::HeldCalls,
     metrics: Metrics,
@@ -70,13 +67,11 @@ impl Router {
     ) -> Self {
         let names: Vec<(String, bool)> = upstreams.iter().map(|u| (u.name().to_owned(), u.config().prefix)).collect();
         let server_info = serde_json::json!({"name": proxy.name, "version": env!("CARGO_PKG_VERSION")}).to_string();
-        let private_until = upstreams.iter().map(|_| Default::default()).collect();
         Self(Arc::new(Inner {
             cluster,
             cache,
             flights: Flights::default(),
-            private_until,
-            clock: tokio::time::Instant::now(),
+            scope_memo: merge::ScopeMemo::new(upstreams.len()),
             held: held::HeldCalls::default(),
             metrics,
             ns: Namespace::new(&names),
@@ -117,10 +112,10 @@ impl Router {
     pub async fn handle(&self, call: &Call<'_>) -> Result<Answer, Error> {
         match call.method {
             m::DISCOVER => Ok(self.discover(call).await),
-            m::RESOURCES_LIST => self.list(call, &merge::RESOURCES).await,
-            m::RESOURCES_TEMPLATES_LIST => self.list(call, &merge::TEMPLATES).await,
-            m::TOOLS_LIST => self.list(call, &merge::TOOLS).await,
-            m::PROMPTS_LIST => self.list(call, &merge::PROMPTS).await,
+            m::RESOURCES_LIST => self.list(call, List::Resources).await,
+            m::RESOURCES_TEMPLATES_LIST => self.list(call, List::Templates).await,
+            m::TOOLS_LIST => self.list(call, List::Tools).await,
+            m::PROMPTS_LIST => self.list(call, List::Prompts).await,
             m::RESOURCES_READ => self.read(call).await,
             m::TOOLS_CALL | m::PROMPTS_GET => self.call_named(call).await,
             m::COMPLETE => self.complete(call).await,

@@ -9,6 +9,8 @@ mod handler;
 mod http;
 mod legacy;
 mod record;
+mod respond;
+mod sessions;
 mod stdio;
 
 pub use content::{NON_ASCII_PATH, Profile, SampleSpec};

@@ -14,13 +14,13 @@ pub mod legacy;
 pub mod listen;
 pub mod relay;
 mod reply;
+mod request;
 pub mod sse;
 pub mod stats;
 pub mod stdio;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::{Semaphore, broadcast, watch};
@@ -28,14 +28,14 @@ use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use crate::mcp::notify::Unsolicited;
 pub use credential::OnBehalf;
 pub use discovery::UpstreamInfo;
-pub use legacy::{Era, Unsolicited};
-pub use reply::Reply;
+pub use era::{Era, UpstreamSession};
+pub use relay::Relayed;
+pub use reply::{Malformed, Reply};
 
 use crate::config::{Transport as TransportConfig, UpstreamConfig};
-use crate::error::UpstreamError;
-use crate::jsonrpc::{RequestId, encode_request};
 use crate::mcp;
 use crate::telemetry::Metrics;
 
@@ -45,6 +45,29 @@ use crate::telemetry::Metrics;
 /// `try_send`: when the client reads slower than the upstream reports, intermediate reports
 /// are dropped (progress is a hint; the response itself never goes through here).
 pub type ProgressSink = tokio::sync::mpsc::Sender<Bytes>;
+
+/// Why an upstream's handle could not be built from its configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("upstream `{upstream}`: {source}")]
+    Url {
+        upstream: String,
+        #[source]
+        source: ::http::uri::InvalidUri,
+    },
+    #[error("upstream `{upstream}` headers: {}", crate::tls::error_chain(.source))]
+    Headers {
+        upstream: String,
+        #[source]
+        source: http::StaticHeaderError,
+    },
+    #[error("upstream `{upstream}` {}", crate::tls::error_chain(.source))]
+    Credential {
+        upstream: String,
+        #[source]
+        source: credential::CredentialSetupError,
+    },
+}
 
 /// Handle to one upstream server. Clones share everything.
 #[derive(Clone)]
@@ -92,10 +115,6 @@ enum Transport {
     Stdio(stdio::StdioTransport),
 }
 
-/// How long a request waits for the era of an upstream still being probed before it goes
-/// ahead in modern form.
-const ERA_WAIT: Duration = Duration::from_secs(2);
-
 impl Upstream {
     /// Builds the handle and starts what it runs in the background (a stdio process's
     /// supervisor, the discovery loop) on `tracker`, stopping on `cancel`.
@@ -105,16 +124,17 @@ impl Upstream {
         metrics: &Metrics,
         cancel: &CancellationToken,
         tracker: &TaskTracker,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, SetupError> {
         let unsolicited = broadcast::channel(1024).0;
         let mut credential = credential::Credential::Static;
         let transport = match config.transport() {
             TransportConfig::Http { url } => {
-                let uri = url.parse().map_err(|e| format!("upstream `{}`: {e}", config.name))?;
+                let upstream = || config.name.clone();
+                let uri = url.parse().map_err(|source| SetupError::Url { upstream: upstream(), source })?;
                 let headers = http::static_headers(&config.headers)
-                    .map_err(|e| format!("upstream `{}` headers: {}", config.name, crate::tls::error_chain(&e)))?;
+                    .map_err(|source| SetupError::Headers { upstream: upstream(), source })?;
                 credential = credential::Credential::from_config(&config.name, &config.credential)
-                    .map_err(|e| format!("upstream `{}` {}", config.name, crate::tls::error_chain(&e)))?;
+                    .map_err(|source| SetupError::Credential { upstream: upstream(), source })?;
                 Transport::Http(Arc::new(http::HttpTransport::new(
                     config.name.clone(),
                     client.clone(),
@@ -260,343 +280,6 @@ impl Upstream {
         }
     }
 
-    /// Sends one request with ready-made `params` and returns the upstream's answer in
-    /// 2026-07-28 shape. The mirrored headers are derived from `params` (see
-    /// [`headers`]). Requests other
-    /// than `tools/call` are retried once when the failure means the request may not have
-    /// been processed; a legacy session that expired is re-initialized first.
-    ///
-    /// This is a request of the proxy's own ([`OnBehalf::Proxy`]); a caller's goes through
-    /// [`Upstream::request_with`].
-    pub async fn request(&self, method: &str, params: &[u8]) -> Result<Reply, UpstreamError> {
-        self.request_with(method, params, None, OnBehalf::Proxy).await
-    }
-
-    /// [`Upstream::request`] on behalf of `on` (whose upstream credential it carries),
-    /// relaying the upstream's progress notifications to `progress`.
-    pub async fn request_with(
-        &self,
-        method: &str,
-        params: &[u8],
-        progress: Option<&ProgressSink>,
-        on: OnBehalf<'_>,
-    ) -> Result<Reply, UpstreamError> {
-        let started = Instant::now();
-        let result = self.request_inner(method, params, progress, on).await;
-        let outcome = match &result {
-            Ok(Reply::Result(_)) => "ok",
-            Ok(Reply::Error(_)) => "error",
-            Err(UpstreamError::Timeout { .. }) => "timeout",
-            Err(UpstreamError::Unavailable { .. }) => "unavailable",
-            Err(UpstreamError::Tls { .. }) => "tls",
-            Err(UpstreamError::Credential { .. }) => "credential",
-            Err(_) => "failed",
-        };
-        let took = started.elapsed();
-        self.0.metrics.upstream(self.name(), outcome, took.as_secs_f64());
-        self.0.stats.record(took, result.is_err());
-        result
-    }
-
-    async fn request_inner(
-        &self,
-        method: &str,
-        params: &[u8],
-        progress: Option<&ProgressSink>,
-        on: OnBehalf<'_>,
-    ) -> Result<Reply, UpstreamError> {
-        let timeout = self.0.config.timeout;
-        let deadline = Instant::now() + timeout;
-        let timed_out = || UpstreamError::Timeout { upstream: self.name().to_owned(), after: timeout };
-        let _permit = timeout_at(deadline, self.0.in_flight.acquire())
-            .await
-            .map_err(|_| timed_out())?
-            .expect("semaphore is never closed");
-        let mut era = self.wait_era(deadline).await;
-        let retries = if method == mcp::method::TOOLS_CALL { 0 } else { 1 };
-        let mut attempt = 0;
-        let mut refreshed = false;
-        loop {
-            let auth = timeout_at(deadline, self.auth_for(on)).await.map_err(|_| timed_out())??;
-            let header = auth.as_deref().map(|a| a.header());
-            let result = timeout_at(deadline, self.send(&era, method, params, progress, header))
-                .await
-                .map_err(|_| timed_out())
-                .and_then(|r| r);
-            // A refused token is dropped whatever the method, so the next request fetches a
-            // fresh one; an idempotent request is sent once more with it right away.
-            if let Some(seen) = &auth
-                && unauthorized(&result)
-            {
-                self.0.credential.invalidate(on, seen).await;
-                if !refreshed && retries > 0 {
-                    tracing::debug!(upstream = %self.name(), "upstream refused its token (401); refreshing once");
-                    refreshed = true;
-                    continue;
-                }
-            }
-            match result {
-                Err(UpstreamError::SessionLost { .. }) if attempt == 0 => {
-                    attempt += 1;
-                    era = timeout_at(deadline, self.reinitialize(&era)).await.map_err(|_| timed_out())??;
-                }
-                Err(e) if e.is_retryable() && attempt < retries => {
-                    tracing::debug!(upstream = %self.name(), error = %e, "retrying once");
-                    attempt += 1;
-                }
-                other => return other,
-            }
-        }
-    }
-
-    /// The credential token for a request on behalf of `on`, when the upstream takes one.
-    async fn auth_for(&self, on: OnBehalf<'_>) -> Result<Option<Arc<credential::Issued>>, UpstreamError> {
-        self.0.credential.token(on).await.map_err(|e| {
-            tracing::warn!(upstream = %self.name(), error = %crate::tls::error_chain(&e), "no upstream credential");
-            UpstreamError::Credential { upstream: self.name().to_owned(), source: Arc::new(e) }
-        })
-    }
-
-    /// The credential token of the proxy's own requests.
-    pub(super) async fn proxy_auth(&self) -> Result<Option<Arc<credential::Issued>>, UpstreamError> {
-        self.auth_for(OnBehalf::Proxy).await
-    }
-
-    /// Exchanged tokens cached now (`token_exchange` upstreams; 0 otherwise).
-    pub fn cached_exchanges(&self) -> u64 {
-        self.0.credential.cached_exchanges()
-    }
-
-    /// The era to send in: known, or (while probing) known within a short wait, or modern.
-    async fn wait_era(&self, deadline: Instant) -> Era {
-        let mut rx = self.0.era.subscribe();
-        let pinned_legacy = legacy::VERSIONS.contains(&self.0.config.protocol.as_str());
-        let until = if pinned_legacy {
-            deadline
-        } else if self.0.probed.load(Ordering::Acquire) {
-            Instant::now()
-        } else {
-            deadline.min(Instant::now() + ERA_WAIT)
-        };
-        let known = timeout_at(until, rx.wait_for(|e| !matches!(e, Era::Unknown))).await;
-        match known {
-            Ok(Ok(era)) => era.clone(),
-            _ => Era::Modern,
-        }
-    }
-
-    async fn send(
-        &self,
-        era: &Era,
-        method: &str,
-        params: &[u8],
-        progress: Option<&ProgressSink>,
-        auth: http::Auth<'_>,
-    ) -> Result<Reply, UpstreamError> {
-        match era {
-            Era::Legacy(session) => self.send_legacy(session, method, params, progress, auth).await,
-            _ => self.send_modern(method, params, progress, auth).await,
-        }
-    }
-
-    fn next_id(&self) -> RequestId {
-        RequestId::number(self.0.next_id.fetch_add(1, Ordering::Relaxed))
-    }
-
-    async fn send_modern(
-        &self,
-        method: &str,
-        params: &[u8],
-        progress: Option<&ProgressSink>,
-        auth: http::Auth<'_>,
-    ) -> Result<Reply, UpstreamError> {
-        let id = self.next_id();
-        let body: Bytes = encode_request(&id, method, params);
-        match &self.0.transport {
-            Transport::Http(t) => {
-                let headers = http::Headers::modern(method, params, |tool| self.0.catalog.param_headers(tool));
-                let ex =
-                    t.exchange(id.as_json(), body, &headers, auth, &legacy::answer_server_request, progress).await?;
-                Ok(ex.reply.with_status(ex.status))
-            }
-            Transport::Stdio(t) => t.exchange(id.as_json(), body).await,
-        }
-    }
-
-    async fn send_legacy(
-        &self,
-        session: &legacy::Session,
-        method: &str,
-        params: &[u8],
-        progress: Option<&ProgressSink>,
-        auth: http::Auth<'_>,
-    ) -> Result<Reply, UpstreamError> {
-        let params = legacy::translate_params(params);
-        let id = self.next_id();
-        let body = encode_request(&id, method, &params);
-        let reply = match &self.0.transport {
-            Transport::Http(t) => {
-                let headers = http::Headers::Legacy { version: &session.version, session: session.id.as_deref() };
-                match t.exchange(id.as_json(), body, &headers, auth, &legacy::answer_server_request, progress).await {
-                    Ok(ex) if http::session_lost(ex.status, Some(&ex.reply)) => return Err(self.session_lost()),
-                    // The proxy's credential was refused: an upstream failure (and a cue to
-                    // refresh the token), not an answer for the client.
-                    Ok(ex) if ex.status == ::http::StatusCode::UNAUTHORIZED => {
-                        return Err(UpstreamError::Status { upstream: self.name().to_owned(), status: 401 });
-                    }
-                    Ok(ex) => ex.reply,
-                    Err(UpstreamError::Status { status: 404, .. }) => return Err(self.session_lost()),
-                    Err(e) => return Err(e),
-                }
-            }
-            Transport::Stdio(t) => t.exchange(id.as_json(), body).await?,
-        };
-        Ok(legacy::translate_reply(method, &params, reply, &self.0.config))
-    }
-
-    /// Sends a call whose mid-call questions (legacy server requests with a method in `relay`)
-    /// are handed back instead of declined. Only legacy HTTP upstreams ask such questions on
-    /// the call's own stream; for any other upstream this is [`Upstream::request`].
-    pub async fn call_relayed(
-        &self,
-        method: &str,
-        params: &[u8],
-        relay: Vec<String>,
-        progress: Option<&ProgressSink>,
-        on: OnBehalf<'_>,
-    ) -> Result<Relayed, UpstreamError> {
-        let timeout = self.0.config.timeout;
-        let deadline = Instant::now() + timeout;
-        let timed_out = || UpstreamError::Timeout { upstream: self.name().to_owned(), after: timeout };
-        let era = self.wait_era(deadline).await;
-        let (Era::Legacy(session), Transport::Http(t)) = (&era, &self.0.transport) else {
-            return self.request_with(method, params, progress, on).await.map(Relayed::Done);
-        };
-        if relay.is_empty() {
-            return self.request_with(method, params, progress, on).await.map(Relayed::Done);
-        }
-        let auth = timeout_at(deadline, self.auth_for(on)).await.map_err(|_| timed_out())??;
-        let header = auth.as_deref().map(|a| a.header());
-        let permit = timeout_at(deadline, self.0.in_flight.clone().acquire_owned())
-            .await
-            .map_err(|_| timed_out())?
-            .expect("semaphore is never closed");
-        let translated = legacy::translate_params(params).into_owned();
-        let id = self.next_id();
-        let body = encode_request(&id, method, &translated);
-        let headers = http::Headers::Legacy { version: &session.version, session: session.id.as_deref() };
-        let opened =
-            timeout_at(deadline, t.open(id.as_json(), body, &headers, header)).await.map_err(|_| timed_out())??;
-        match opened {
-            http::Opened::Reply(ex) => {
-                if http::session_lost(ex.status, Some(&ex.reply)) {
-                    drop(permit);
-                    // A fresh session, then the plain path (no questions can be relayed there).
-                    self.reinitialize(&era).await?;
-                    return self.request_with(method, params, None, on).await.map(Relayed::Done);
-                }
-                Ok(Relayed::Done(legacy::translate_reply(method, &translated, ex.reply, &self.0.config)))
-            }
-            http::Opened::Stream { body, .. } => {
-                let owned = relay::OwnedHeaders {
-                    version: session.version.clone(),
-                    session: session.id.clone(),
-                    auth: header.cloned(),
-                };
-                let held = relay::hold(
-                    t.clone(),
-                    owned,
-                    id.as_json().to_owned(),
-                    body,
-                    relay,
-                    legacy::answer_server_request,
-                    Some(permit),
-                );
-                self.next_step(held, method, &translated).await
-            }
-        }
-    }
-
-    /// Answers the pending question of a held call and reads on to its next step.
-    pub async fn resume_relayed(
-        &self,
-        mut held: relay::HeldCall,
-        method: &str,
-        params: &[u8],
-        answer: Bytes,
-    ) -> Result<Relayed, UpstreamError> {
-        if !held.answer(answer).await {
-            return Err(UpstreamError::Disconnected {
-                upstream: self.name().to_owned(),
-                reason: "held call ended".into(),
-            });
-        }
-        let translated = legacy::translate_params(params).into_owned();
-        self.next_step(held, method, &translated).await
-    }
-
-    async fn next_step(
-        &self,
-        mut held: relay::HeldCall,
-        method: &str,
-        translated: &[u8],
-    ) -> Result<Relayed, UpstreamError> {
-        let timeout = self.0.config.timeout;
-        let step = tokio::time::timeout(timeout, held.next())
-            .await
-            .map_err(|_| UpstreamError::Timeout { upstream: self.name().to_owned(), after: timeout })?;
-        match step {
-            relay::Step::Asked(question) => Ok(Relayed::Asked(question, held)),
-            relay::Step::Done(Ok(reply)) => {
-                Ok(Relayed::Done(legacy::translate_reply(method, translated, reply, &self.0.config)))
-            }
-            relay::Step::Done(Err(e)) => Err(match e {
-                UpstreamError::Disconnected { reason, .. } => {
-                    UpstreamError::Disconnected { upstream: self.name().to_owned(), reason }
-                }
-                other => other,
-            }),
-        }
-    }
-
-    fn session_lost(&self) -> UpstreamError {
-        UpstreamError::SessionLost { upstream: self.name().to_owned() }
-    }
-
-    /// Opens a `subscriptions/listen` for `filter` (upstream URIs). The returned stream yields
-    /// the acknowledgment, the changes, and how it ended. Modern upstreams only.
-    pub async fn listen(&self, filter: &listen::Filter) -> Result<listen::UpstreamListen, UpstreamError> {
-        let mut params: serde_json::Value = serde_json::from_str(&discovery::own_params()).expect("valid JSON");
-        params["notifications"] = filter.to_json();
-        let params = serde_json::to_vec(&params).expect("serializable");
-        let method = mcp::method::LISTEN;
-        let id = self.next_id();
-        let body = encode_request(&id, method, &params);
-        let id_json = id.as_json().to_owned();
-        match &self.0.transport {
-            Transport::Http(t) => {
-                let headers = http::Headers::modern(method, &params, |_| Arc::from(Vec::new()));
-                let auth = self.proxy_auth().await?;
-                match t.open(&id_json, body, &headers, auth.as_deref().map(|a| a.header())).await? {
-                    http::Opened::Stream { body, .. } => {
-                        Ok(listen::UpstreamListen::http(id_json, body, t.max_message()))
-                    }
-                    http::Opened::Reply(ex) => {
-                        let end = match ex.reply {
-                            Reply::Error(e) => listen::ListenEnd::Refused(e),
-                            Reply::Result(_) => listen::ListenEnd::Graceful,
-                        };
-                        Ok(listen::UpstreamListen::answered(id_json, listen::ListenEvent::End(end)))
-                    }
-                }
-            }
-            Transport::Stdio(t) => {
-                let (messages, guard) = t.open_listen(&id_json, body).await?;
-                Ok(listen::UpstreamListen::stdio(id_json, messages, guard))
-            }
-        }
-    }
-
     /// For stdio upstreams, the live process generation (0 for HTTP).
     fn generation(&self) -> u64 {
         match &self.0.transport {
@@ -613,23 +296,6 @@ impl Upstream {
             Transport::Stdio(t) => t.wait_generation_change(seen).await,
         }
     }
-}
-
-/// Whether the upstream refused the request's credential: HTTP 401, with or without a
-/// JSON-RPC error body.
-fn unauthorized(result: &Result<Reply, UpstreamError>) -> bool {
-    match result {
-        Err(UpstreamError::Status { status, .. }) => *status == 401,
-        Ok(Reply::Error(e)) => e.http_status == Some(401),
-        _ => false,
-    }
-}
-
-/// The outcome of a call that may ask the client questions.
-pub enum Relayed {
-    Done(Reply),
-    /// The upstream asked something; the call is held until the client answers.
-    Asked(relay::ServerRequest, relay::HeldCall),
 }
 
 impl std::fmt::Debug for Upstream {

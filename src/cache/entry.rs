@@ -124,4 +124,23 @@ mod tests {
         assert_eq!(&splice_ttl(&tail, 5)[..], br#"{"ttlMs":5}"#);
         assert!(Stored::result(b"[1]").is_none());
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn remaining_time_and_age_follow_tokio_time() {
+        let epochs = super::super::Epochs::new(1);
+        let entry = Entry {
+            stored: Stored::result(b"{}").unwrap(),
+            stored_at: Instant::now(),
+            ttl: Duration::from_secs(3),
+            stale_window: Duration::ZERO,
+            ticket: epochs.ticket(0, super::super::CachedMethod::ResourcesRead, Some("a://x")),
+            public: true,
+            watched: None,
+        };
+        assert_eq!((entry.remaining_ms(), entry.age_secs()), (3000, 0));
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        assert_eq!((entry.remaining_ms(), entry.age_secs()), (1500, 1));
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!((entry.remaining_ms(), entry.age_secs()), (0, 6));
+    }
 }

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::key::CachedMethod;
+use crate::mcp::List;
 
 /// Most (upstream, URI) epochs remembered. An evicted epoch reads as 0, which can only make an
 /// entry look stale (a spurious miss), never fresh.
@@ -49,6 +50,17 @@ fn list_index(method: CachedMethod) -> usize {
         CachedMethod::ToolsList => 2,
         CachedMethod::PromptsList => 3,
         CachedMethod::ResourcesRead => unreachable!("reads are keyed by URI"),
+    }
+}
+
+impl From<List> for CachedMethod {
+    fn from(list: List) -> Self {
+        match list {
+            List::Resources => CachedMethod::ResourcesList,
+            List::Templates => CachedMethod::TemplatesList,
+            List::Tools => CachedMethod::ToolsList,
+            List::Prompts => CachedMethod::PromptsList,
+        }
     }
 }
 

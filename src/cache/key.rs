@@ -5,7 +5,9 @@ use std::hash::{Hash, Hasher};
 use crate::auth::Principal;
 use crate::jsonrpc::{RawObject, write_json_string};
 
-/// Methods whose complete results are cacheable.
+/// Methods whose complete results are cacheable: the cache's own identity of a method, part of
+/// every key. Not a [`crate::mcp::List`]: it also names `resources/read`, which is no list
+/// (`From<List>` in `epochs.rs` maps the four lists onto it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CachedMethod {
     ResourcesRead,

@@ -17,7 +17,8 @@ use tokio_util::sync::CancellationToken;
 use super::Cluster;
 use super::l2::{list_epoch_index, scope_suffix};
 use crate::cache::CachedMethod;
-use crate::upstream::listen::{Change, Filter, ListKind};
+use crate::mcp::list::{Capability, List};
+use crate::mcp::notify::{Change, Filter};
 
 /// Lifetime of a URI's epoch in Redis once it is no longer bumped. A forgotten epoch reads as
 /// 0, which only makes older shared entries look current if they are still within their own
@@ -58,25 +59,13 @@ pub(super) struct Outgoing {
     event: Event,
 }
 
-fn list_name(kind: ListKind) -> &'static str {
-    match kind {
-        ListKind::Resources => "resources",
-        ListKind::Tools => "tools",
-        ListKind::Prompts => "prompts",
-    }
-}
-
-fn list_of(name: &str) -> Option<ListKind> {
-    ListKind::ALL.into_iter().find(|k| list_name(*k) == name)
+fn list_of(name: &str) -> Option<Capability> {
+    Capability::ALL.into_iter().find(|k| k.name() == name)
 }
 
 /// The cached methods a list change invalidates.
-pub(super) fn invalidated(kind: ListKind) -> &'static [CachedMethod] {
-    match kind {
-        ListKind::Resources => &[CachedMethod::ResourcesList, CachedMethod::TemplatesList],
-        ListKind::Tools => &[CachedMethod::ToolsList],
-        ListKind::Prompts => &[CachedMethod::PromptsList],
-    }
+pub(super) fn invalidated(kind: Capability) -> impl Iterator<Item = CachedMethod> {
+    List::ALL.into_iter().filter(move |l| l.capability() == kind).map(CachedMethod::from)
 }
 
 impl Cluster {
@@ -104,7 +93,7 @@ impl Cluster {
         let mut msg = json!({ "r": &*self.0.replica, "u": &*self.0.upstreams[out.upstream], "f": out.fence });
         let fields = match &out.event {
             Event::Change(Change::Updated(uri)) => json!({ "k": "updated", "uri": uri }),
-            Event::Change(Change::ListChanged(kind)) => json!({ "k": "list", "list": list_name(*kind) }),
+            Event::Change(Change::ListChanged(kind)) => json!({ "k": "list", "list": kind.name() }),
             Event::Lost => json!({ "k": "lost" }),
             Event::Resync => json!({ "k": "resync" }),
             Event::Active(filter) => json!({ "k": "active", "filter": filter.to_json() }),
@@ -157,7 +146,7 @@ impl Cluster {
             }
             Event::Change(Change::ListChanged(kind)) => {
                 for m in invalidated(*kind) {
-                    p.cmd("INCR").arg(format!("{tag}:e:l:{}", list_epoch_index(*m))).ignore();
+                    p.cmd("INCR").arg(format!("{tag}:e:l:{}", list_epoch_index(m))).ignore();
                 }
             }
             Event::Lost | Event::Resync => {

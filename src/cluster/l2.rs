@@ -184,8 +184,8 @@ impl Cluster {
 
     /// Records that upstream `index` announced `change` (or, for `None`, lost its stream)
     /// now, wherever this replica learnt it.
-    pub fn note_change(&self, index: usize, change: Option<&crate::upstream::listen::Change>) {
-        use crate::upstream::listen::Change;
+    pub fn note_change(&self, index: usize, change: Option<&crate::mcp::notify::Change>) {
+        use crate::mcp::notify::Change;
         let tag = self.tag(index);
         let now = now_ms();
         let note = |suffix: String| self.0.changed_at.insert(format!("{tag}:{suffix}"), now);
@@ -194,7 +194,7 @@ impl Cluster {
             Some(Change::Updated(uri)) => note(scope_suffix(self, CachedMethod::ResourcesRead, Some(uri))),
             Some(Change::ListChanged(kind)) => {
                 for m in super::bus::invalidated(*kind) {
-                    note(scope_suffix(self, *m, None));
+                    note(scope_suffix(self, m, None));
                 }
             }
         }

@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::Cluster;
 use super::value::now_ms;
-use crate::upstream::listen::{Filter, ListKind};
+use crate::mcp::list::Capability;
+use crate::mcp::notify::Filter;
 
 /// This replica's part in one upstream's listen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,7 +136,7 @@ impl Cluster {
             else {
                 continue;
             };
-            for kind in ListKind::ALL {
+            for kind in Capability::ALL {
                 if f.list(kind) {
                     union.set_list(kind, true);
                 }

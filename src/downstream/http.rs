@@ -12,7 +12,7 @@ use http::header::{ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN
 use http::{HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
 
-use super::legacy::{self, Legacy, Sessions};
+use super::legacy::{self, Legacy, SessionTable};
 use super::origin::OriginPolicy;
 use super::rate::{RateLimit, retry_after_secs};
 use super::respond::{self, Resp, empty, plain};
@@ -34,7 +34,7 @@ struct Inner {
     router: Router,
     hub: Hub,
     legacy: Legacy,
-    sessions: Sessions,
+    sessions: SessionTable,
     auth: Arc<Authenticator>,
     path: String,
     max_body: usize,
@@ -56,7 +56,7 @@ impl Endpoint {
         hub: Hub,
         auth: Arc<Authenticator>,
         listen: &ListenConfig,
-        sessions: Sessions,
+        sessions: SessionTable,
         metrics: Metrics,
     ) -> Self {
         Self(Arc::new(Inner {

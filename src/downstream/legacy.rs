@@ -15,8 +15,8 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
-pub use session::Session;
-pub use table::Sessions;
+pub use session::DownstreamSession;
+pub use table::SessionTable;
 pub use token::SessionKey;
 
 use crate::auth::Principal;
@@ -74,7 +74,7 @@ impl Legacy {
     /// [`rpc_error`]) from the caller.
     pub async fn request(
         &self,
-        session: &Session,
+        session: &DownstreamSession,
         method: &str,
         params: Option<&RawValue>,
         principal: &Principal,

@@ -20,8 +20,8 @@ use crate::auth::Principal;
 use crate::error::{DownstreamError, Error};
 use crate::hub::{Hub, Notice, Subscription};
 use crate::jsonrpc::{RawObject, RequestId, write_json_string};
+use crate::mcp::notify::Filter;
 use crate::mcp::{self, method as m};
-use crate::upstream::listen::Filter;
 
 /// SSE frames buffered per listener between the writer and the connection. Small on purpose:
 /// changes wait (and coalesce) in the listener's pending set, not here; when it is full the
@@ -54,7 +54,7 @@ pub(super) fn subscribe(
     let bad = |m: String| Error::from(DownstreamError::InvalidParams(m));
     let raw = params.get("notifications").ok_or_else(|| bad("missing `notifications` filter".into()))?;
     let value: serde_json::Value = serde_json::from_str(raw.get()).map_err(|e| bad(e.to_string()))?;
-    let filter = Filter::from_json(&value).map_err(bad)?;
+    let filter = Filter::from_json(&value).map_err(|e| bad(e.to_string()))?;
     hub.subscribe(principal, id.clone(), &filter)
 }
 
@@ -158,7 +158,7 @@ fn notification(sid: &str, change: &Notice) -> Vec<u8> {
             out.extend_from_slice(b",\"uri\":");
             write_json_string(out, uri);
         }),
-        Notice::List(kind) => notify(kind.method(), sid, |_| {}),
+        Notice::List(kind) => notify(kind.changed(), sid, |_| {}),
     }
 }
 
@@ -175,7 +175,7 @@ fn final_result(sid: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::listen::ListKind;
+    use crate::mcp::Capability;
     use serde_json::{Value, json};
 
     #[test]
@@ -183,7 +183,7 @@ mod tests {
         let v: Value = serde_json::from_slice(&notification("\"s-1\"", &Notice::Uri("docs+a://x".into()))).unwrap();
         assert_eq!(v["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "s-1");
         assert_eq!(v["params"]["uri"], "docs+a://x");
-        let v: Value = serde_json::from_slice(&notification("42", &Notice::List(ListKind::Tools))).unwrap();
+        let v: Value = serde_json::from_slice(&notification("42", &Notice::List(Capability::Tools))).unwrap();
         assert_eq!(v["method"], "notifications/tools/list_changed");
         assert_eq!(v["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 42);
         let v: Value = serde_json::from_slice(&final_result("42")).unwrap();

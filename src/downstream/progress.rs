@@ -18,7 +18,7 @@ use crate::mcp::method as m;
 use crate::router::{Answer, Call, Router};
 
 /// Progress notifications buffered between the upstream reader and the client. Past it,
-/// reports are dropped (see [`crate::upstream::ProgressSink`]).
+/// reports are dropped (see [`crate::router::Progress`]).
 const PENDING: usize = 32;
 
 /// Whether a validated request asks for progress that the proxy relays.

@@ -14,9 +14,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::Hub;
 use crate::cluster::Role;
+use crate::mcp::Capability;
+use crate::mcp::notify::{Change, Filter, Unsolicited};
 use crate::upstream::backoff::Backoff;
-use crate::upstream::legacy::{Era, Session, Unsolicited};
-use crate::upstream::listen::{Change, Filter, ListKind, ListenEnd, ListenEvent, UpstreamListen};
+use crate::upstream::listen::{ListenEnd, ListenEvent, UpstreamListen};
+use crate::upstream::{Era, UpstreamSession};
 use crate::upstream::{Reply, Upstream};
 
 /// How long after a switch a change already delivered by the old stream is dropped when the
@@ -30,8 +32,8 @@ fn effective(hub: &Hub, index: usize, desired: &Filter, remote: &Filter) -> Filt
     let Some(info) = upstream.info() else { return Filter::default() };
     let standing = hub.0.cache.enabled() && upstream.config().cache;
     let mut f = Filter::default();
-    for kind in ListKind::ALL {
-        if info.flag(kind.capability(), "listChanged") && (desired.list(kind) || remote.list(kind) || standing) {
+    for kind in Capability::ALL {
+        if info.flag(kind.name(), "listChanged") && (desired.list(kind) || remote.list(kind) || standing) {
             f.set_list(kind, true);
         }
     }
@@ -53,20 +55,39 @@ pub(super) fn local_interest(hub: &Hub, index: usize, desired: &Filter) -> Filte
 
 /// Whether going from `have` to `want` only removes things.
 fn only_shrinks(have: &Filter, want: &Filter) -> bool {
-    want.uris.is_subset(&have.uris) && ListKind::ALL.iter().all(|k| !want.list(*k) || have.list(*k))
+    want.uris.is_subset(&have.uris) && Capability::ALL.iter().all(|k| !want.list(*k) || have.list(*k))
+}
+
+/// Why a feed's upstream call failed (the feed retries; the reason is logged).
+#[derive(Debug, thiserror::Error)]
+enum FeedError {
+    #[error("no answer to listen in time")]
+    NoAnswer,
+    #[error("listen refused")]
+    Refused(#[source] crate::error::Error),
+    #[error("notification before the acknowledgment")]
+    EarlyChange,
+    #[error("listen ended before its acknowledgment: {0:?}")]
+    Ended(ListenEnd),
+    #[error("no acknowledgment in time")]
+    NoAck,
+    #[error("the upstream answered with an error: {0}")]
+    Answered(crate::jsonrpc::RpcError),
+    #[error("the request failed")]
+    Failed(#[source] crate::error::Error),
 }
 
 /// Opens a listen and waits for its acknowledgment.
-async fn open(upstream: &Upstream, want: &Filter, ack_timeout: Duration) -> Result<UpstreamListen, String> {
+async fn open(upstream: &Upstream, want: &Filter, ack_timeout: Duration) -> Result<UpstreamListen, FeedError> {
     let mut stream = timeout(ack_timeout, upstream.listen(want))
         .await
-        .map_err(|_| "no answer to listen".to_owned())?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| FeedError::NoAnswer)?
+        .map_err(|e| FeedError::Refused(e.into()))?;
     match timeout(ack_timeout, stream.next()).await {
         Ok(ListenEvent::Ack(_)) => Ok(stream),
-        Ok(ListenEvent::Change(_)) => Err("notification before the acknowledgment".into()),
-        Ok(ListenEvent::End(end)) => Err(format!("listen ended before its acknowledgment: {end:?}")),
-        Err(_) => Err("no acknowledgment in time".into()),
+        Ok(ListenEvent::Change(_)) => Err(FeedError::EarlyChange),
+        Ok(ListenEvent::End(end)) => Err(FeedError::Ended(end)),
+        Err(_) => Err(FeedError::NoAck),
     }
 }
 
@@ -137,7 +158,7 @@ struct FeedState {
 
 /// A legacy upstream: `resources/subscribe` / `unsubscribe` for the union of listeners' URIs
 /// (refcounted by the hub, removals after the linger), changes arriving unsolicited.
-async fn run_legacy(hub: &Hub, index: usize, session: &Session, state: &mut FeedState) {
+async fn run_legacy(hub: &Hub, index: usize, session: &UpstreamSession, state: &mut FeedState) {
     let upstream = hub.0.upstreams[index].clone();
     let cfg = hub.0.config.clone();
     let mut desired = hub.0.desired[index].subscribe();
@@ -171,7 +192,7 @@ async fn run_legacy(hub: &Hub, index: usize, session: &Session, state: &mut Feed
                     hub.set_active(index, &upstream, &subscribed);
                 }
                 Err(reason) => {
-                    tracing::warn!(upstream = %upstream.name(), %uri, %reason, "resources/subscribe failed; will retry");
+                    tracing::warn!(upstream = %upstream.name(), %uri, reason = %crate::tls::error_chain(&reason), "resources/subscribe failed; will retry");
                     retry_at = Some(Instant::now() + Duration::from_secs(1));
                 }
             }
@@ -182,7 +203,7 @@ async fn run_legacy(hub: &Hub, index: usize, session: &Session, state: &mut Feed
         } else if remove_at.is_some_and(|at| at <= Instant::now()) {
             for uri in gone {
                 if let Err(reason) = legacy_call(&upstream, "resources/unsubscribe", &uri).await {
-                    tracing::debug!(upstream = %upstream.name(), %uri, %reason, "resources/unsubscribe failed");
+                    tracing::debug!(upstream = %upstream.name(), %uri, reason = %crate::tls::error_chain(&reason), "resources/unsubscribe failed");
                 }
                 subscribed.remove(&uri);
                 hub.set_active(index, &upstream, &subscribed);
@@ -216,12 +237,12 @@ async fn run_legacy(hub: &Hub, index: usize, session: &Session, state: &mut Feed
 }
 
 /// A legacy `resources/subscribe` or `unsubscribe`.
-async fn legacy_call(upstream: &Upstream, method: &str, uri: &str) -> Result<(), String> {
+async fn legacy_call(upstream: &Upstream, method: &str, uri: &str) -> Result<(), FeedError> {
     let params = serde_json::to_vec(&serde_json::json!({ "uri": uri })).expect("serializable");
     match upstream.request(method, &params).await {
         Ok(Reply::Result(_)) => Ok(()),
-        Ok(Reply::Error(e)) => Err(e.to_string()),
-        Err(e) => Err(e.to_string()),
+        Ok(Reply::Error(e)) => Err(FeedError::Answered(e)),
+        Err(e) => Err(FeedError::Failed(e.into())),
     }
 }
 
@@ -278,7 +299,7 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
                     current = Some((stream, want.clone()));
                 }
                 Err(reason) => {
-                    tracing::warn!(upstream = %upstream.name(), %reason, "upstream listen failed");
+                    tracing::warn!(upstream = %upstream.name(), reason = %crate::tls::error_chain(&reason), "upstream listen failed");
                     if !*lost {
                         hub.stream_lost(index);
                         *lost = true;
@@ -311,7 +332,7 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
                         current = Some((next, want.clone()));
                     }
                     Err(reason) => {
-                        tracing::warn!(upstream = %upstream.name(), %reason, "could not switch upstream listen; keeping the old one");
+                        tracing::warn!(upstream = %upstream.name(), reason = %crate::tls::error_chain(&reason), "could not switch upstream listen; keeping the old one");
                         switch_at = Some(Instant::now() + backoff.next_delay());
                         current = Some((stream, have));
                     }
@@ -385,7 +406,7 @@ async fn switch(
     old: &mut UpstreamListen,
     want: &Filter,
     ack_timeout: Duration,
-) -> Result<(UpstreamListen, HashSet<Change>), String> {
+) -> Result<(UpstreamListen, HashSet<Change>), FeedError> {
     let upstream = &hub.0.upstreams[index];
     let opening = open(upstream, want, ack_timeout);
     tokio::pin!(opening);

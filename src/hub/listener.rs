@@ -11,13 +11,14 @@ use tokio::sync::Notify;
 
 use crate::auth::Principal;
 use crate::jsonrpc::RequestId;
-use crate::upstream::listen::ListKind;
+use crate::mcp::Capability;
+pub use crate::mcp::notify::Notice;
 
 /// What a listener is subscribed to on one upstream (upstream-form URIs).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Topic {
     Uri(String),
-    List(ListKind),
+    List(Capability),
 }
 
 /// Changes waiting to be written to one listener, in downstream form.
@@ -42,38 +43,21 @@ impl Pending {
                     self.order.push(uri.clone());
                 }
             }
-            Notice::List(kind) => self.lists[list_index(*kind)] = true,
+            Notice::List(kind) => self.lists[kind.slot()] = true,
         }
     }
 
     /// The pending changes, lists first, emptying the queue.
     pub fn take(&mut self) -> Vec<Notice> {
-        let mut out: Vec<Notice> = ListKind::ALL
+        let mut out: Vec<Notice> = Capability::ALL
             .into_iter()
-            .filter(|k| std::mem::take(&mut self.lists[list_index(*k)]))
+            .filter(|k| std::mem::take(&mut self.lists[k.slot()]))
             .map(Notice::List)
             .collect();
         self.seen.clear();
         out.extend(self.order.drain(..).map(Notice::Uri));
         out
     }
-}
-
-fn list_index(kind: ListKind) -> usize {
-    match kind {
-        ListKind::Resources => 0,
-        ListKind::Tools => 1,
-        ListKind::Prompts => 2,
-    }
-}
-
-/// A change as delivered downstream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Notice {
-    /// `notifications/resources/updated` for this downstream URI.
-    Uri(Arc<str>),
-    /// `notifications/{kind}/list_changed`.
-    List(ListKind),
 }
 
 /// A registered downstream listen.
@@ -138,10 +122,10 @@ mod tests {
         for _ in 0..1000 {
             p.push(&Notice::Uri(b.clone()));
             p.push(&Notice::Uri(a.clone()));
-            p.push(&Notice::List(ListKind::Tools));
+            p.push(&Notice::List(Capability::Tools));
         }
         assert_eq!(p.len(), 3);
-        assert_eq!(p.take(), vec![Notice::List(ListKind::Tools), Notice::Uri(b), Notice::Uri(a)]);
+        assert_eq!(p.take(), vec![Notice::List(Capability::Tools), Notice::Uri(b), Notice::Uri(a)]);
         assert_eq!(p.len(), 0);
     }
 }

@@ -8,13 +8,14 @@
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use super::merge::ListKind;
+use super::merge::identity;
 use super::namespace::{NAME_SEP, URI_SEP};
 use super::rewrite::Field;
 use super::{Call, Router};
 use crate::auth::policy::{self, Kind};
-use crate::error::{Error, UpstreamError};
+use crate::error::{Error, UpstreamError, UpstreamErrorKind};
 use crate::jsonrpc::RawObject;
+use crate::mcp::List;
 
 impl Router {
     /// Whether upstream `index` applies any rules (else everything is allowed, for free).
@@ -34,25 +35,19 @@ impl Router {
 
     /// The items of one upstream's page (downstream form, comma-separated) that the caller
     /// may see.
-    pub(super) fn filter_page(
-        &self,
-        call: &Call<'_>,
-        kind: &ListKind,
-        index: usize,
-        items: Bytes,
-    ) -> Result<Bytes, Error> {
+    pub(super) fn filter_page(&self, call: &Call<'_>, kind: List, index: usize, items: Bytes) -> Result<Bytes, Error> {
         if !self.restricted(index) || items.is_empty() {
             return Ok(items);
         }
         let malformed = |reason: String| {
-            Error::from(UpstreamError::Protocol { upstream: self.0.upstreams[index].name().to_owned(), reason })
+            Error::from(UpstreamError::new(self.0.upstreams[index].name(), UpstreamErrorKind::Protocol { reason }))
         };
         let text = std::str::from_utf8(&items).map_err(|e| malformed(e.to_string()))?;
         let wrapped = format!("[{text}]");
         let array: Vec<&RawValue> = serde_json::from_str(&wrapped).map_err(|e| malformed(e.to_string()))?;
-        let (key, what, sep) = match kind.field {
+        let (key, what, sep) = match identity(kind) {
             Field::Uri(k) => (k, Kind::Uri, URI_SEP.to_string()),
-            Field::Name(k) => (k, if kind.items == "prompts" { Kind::Prompt } else { Kind::Tool }, NAME_SEP.to_owned()),
+            Field::Name(k) => (k, if kind == List::Prompts { Kind::Prompt } else { Kind::Tool }, NAME_SEP.to_owned()),
         };
         let prefix = self.0.ns.prefix(index).map(|p| format!("{p}{sep}"));
         let mut out = Vec::with_capacity(items.len());

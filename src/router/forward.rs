@@ -11,7 +11,7 @@ use super::rewrite;
 use super::{Answer, Call, Router};
 use crate::auth::policy::Kind;
 use crate::cache::{CachedMethod, Stored};
-use crate::error::{DownstreamError, Error, UpstreamError};
+use crate::error::{DownstreamError, Error, UpstreamError, UpstreamErrorKind};
 use crate::jsonrpc::{RawObject, RpcError, code};
 use crate::mcp::method as m;
 use crate::upstream::Reply;
@@ -68,10 +68,10 @@ impl Router {
             }
         };
         let malformed =
-            |reason: String| Error::from(UpstreamError::Protocol { upstream: upstream.name().to_owned(), reason });
+            |reason: String| Error::from(UpstreamError::new(upstream.name(), UpstreamErrorKind::Protocol { reason }));
         let text = std::str::from_utf8(&body).map_err(|e| malformed(e.to_string()))?;
         let mut obj = RawObject::parse_str(text).map_err(|e| malformed(format!("read result: {e}")))?;
-        let rewritten = rewrite::read_object(&mut obj, &self.0.ns, index).map_err(malformed)?;
+        let rewritten = rewrite::read_object(&mut obj, &self.0.ns, index).map_err(|e| malformed(e.to_string()))?;
         let hints = Hints::of(&obj, upstream.config());
         // Only complete results are cacheable; `input_required` (MRTR) never is.
         let complete = obj.get_str("resultType").is_none_or(|t| t == "complete");
@@ -198,9 +198,10 @@ impl Router {
         last.ok_or_else(|| Error::Internal("no upstream candidates".into()))
     }
 
-    pub(super) fn rewrite(&self, r: Result<Bytes, String>, index: usize) -> Result<Bytes, Error> {
-        r.map_err(|reason| {
-            crate::error::UpstreamError::Protocol { upstream: self.0.upstreams[index].name().to_owned(), reason }.into()
+    pub(super) fn rewrite(&self, r: Result<Bytes, rewrite::Unrewritable>, index: usize) -> Result<Bytes, Error> {
+        r.map_err(|e| {
+            let reason = e.to_string();
+            UpstreamError::new(self.0.upstreams[index].name(), UpstreamErrorKind::Protocol { reason }).into()
         })
     }
 }

@@ -4,7 +4,7 @@
 //! upstream exactly once.
 
 use crate::upstream::OnBehalf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use futures_util::future::join_all;
@@ -16,34 +16,45 @@ use super::rewrite::{self, Field};
 use super::{Answer, CacheStatus, Call, Router};
 use crate::cache::{CachedMethod, Stored};
 use crate::config::OnError;
-use crate::error::{DownstreamError, Error, UpstreamError};
+use crate::error::{DownstreamError, Error, UpstreamError, UpstreamErrorKind};
 use crate::jsonrpc::{RawObject, RpcError, raw_str, write_json_string};
-use crate::mcp::{self, method as m};
+use crate::mcp::{self, List};
 use crate::upstream::Reply;
 
-/// One kind of list.
-#[derive(Debug)]
-pub struct ListKind {
-    pub method: &'static str,
-    /// The result's array field.
-    pub items: &'static str,
-    /// The identity field of each item.
-    pub field: Field,
-    /// The capability an upstream must declare to be asked.
-    pub capability: &'static str,
-    /// Its cache identity.
-    pub cached: CachedMethod,
+/// The identity field of each item of `list`, and how it is namespaced.
+pub(super) fn identity(list: List) -> Field {
+    match list {
+        List::Resources => Field::Uri("uri"),
+        List::Templates => Field::Uri("uriTemplate"),
+        List::Tools | List::Prompts => Field::Name("name"),
+    }
 }
 
-impl ListKind {
-    /// Index of this list among an upstream's four lists.
-    pub fn slot(&self) -> usize {
-        match self.cached {
-            CachedMethod::ResourcesList => 0,
-            CachedMethod::TemplatesList => 1,
-            CachedMethod::ToolsList => 2,
-            _ => 3,
+/// Per upstream and list: until when its pages count as private (DESIGN §3), in ms on
+/// tokio's clock (which paused-time tests move).
+pub(super) struct ScopeMemo {
+    origin: tokio::time::Instant,
+    private_until: Vec<[AtomicU64; 4]>,
+}
+
+impl ScopeMemo {
+    pub(super) fn new(upstreams: usize) -> Self {
+        Self {
+            origin: tokio::time::Instant::now(),
+            private_until: (0..upstreams).map(|_| Default::default()).collect(),
         }
+    }
+
+    /// Whether a page of `list` from upstream `index` that its upstream scoped `public` (or
+    /// not) for `ttl_ms` counts as public: not while a private page of it is within its TTL.
+    pub(super) fn public(&self, index: usize, list: List, public: bool, ttl_ms: u64) -> bool {
+        let slot = &self.private_until[index][list.slot()];
+        let now = self.origin.elapsed().as_millis() as u64;
+        if !public {
+            slot.fetch_max(now + ttl_ms, Ordering::Relaxed);
+            return false;
+        }
+        slot.load(Ordering::Relaxed) <= now
     }
 }
 
@@ -66,35 +77,6 @@ fn combine_status(a: CacheStatus, b: CacheStatus) -> CacheStatus {
     }
 }
 
-pub const RESOURCES: ListKind = ListKind {
-    method: m::RESOURCES_LIST,
-    items: "resources",
-    field: Field::Uri("uri"),
-    capability: "resources",
-    cached: CachedMethod::ResourcesList,
-};
-pub const TEMPLATES: ListKind = ListKind {
-    method: m::RESOURCES_TEMPLATES_LIST,
-    items: "resourceTemplates",
-    field: Field::Uri("uriTemplate"),
-    capability: "resources",
-    cached: CachedMethod::TemplatesList,
-};
-pub const TOOLS: ListKind = ListKind {
-    method: m::TOOLS_LIST,
-    items: "tools",
-    field: Field::Name("name"),
-    capability: "tools",
-    cached: CachedMethod::ToolsList,
-};
-pub const PROMPTS: ListKind = ListKind {
-    method: m::PROMPTS_LIST,
-    items: "prompts",
-    field: Field::Name("name"),
-    capability: "prompts",
-    cached: CachedMethod::PromptsList,
-};
-
 /// Why one upstream's page is missing.
 enum PageError {
     Failed(UpstreamError),
@@ -102,7 +84,7 @@ enum PageError {
 }
 
 impl Router {
-    pub(super) async fn list(&self, call: &Call<'_>, kind: &ListKind) -> Result<Answer, Error> {
+    pub(super) async fn list(&self, call: &Call<'_>, kind: List) -> Result<Answer, Error> {
         let positions = self.positions(call, kind)?;
         let pages =
             join_all(positions.iter().map(|(index, cursor)| self.page(call, kind, *index, cursor.as_deref()))).await;
@@ -140,10 +122,10 @@ impl Router {
                     continue;
                 }
                 Ok(Served { got: Got::Relayed(e), .. }) => PageError::Answered(e),
-                Ok(_) => PageError::Failed(UpstreamError::Protocol {
-                    upstream: upstream.name().to_owned(),
-                    reason: "list request produced no page".into(),
-                }),
+                Ok(_) => PageError::Failed(UpstreamError::new(
+                    upstream.name(),
+                    UpstreamErrorKind::Protocol { reason: "list request produced no page".into() },
+                )),
                 Err(Error::Upstream(u)) => PageError::Failed(u),
                 Err(other) => return Err(other),
             };
@@ -157,7 +139,7 @@ impl Router {
                 PageError::Failed(u) => u.to_string(),
                 PageError::Answered(r) => r.to_string(),
             };
-            tracing::warn!(upstream = %upstream.name(), method = kind.method, %reason, "list page skipped (fail_open)");
+            tracing::warn!(upstream = %upstream.name(), method = kind.method(), %reason, "list page skipped (fail_open)");
             self.0.metrics.list_skip(upstream.name());
         }
         // A page no upstream contributed to is not worth caching downstream either.
@@ -177,25 +159,13 @@ impl Router {
 
     /// DESIGN §3: a list that was private within its last TTL stays private, so that a page
     /// served from an older public entry cannot make a merged page public.
-    fn scope_memo(&self, index: usize, kind: &ListKind, public: bool, ttl_ms: u64) -> bool {
-        let slot = &self.0.private_until[index][kind.slot()];
-        let now = self.0.clock.elapsed().as_millis() as u64;
-        if !public {
-            slot.fetch_max(now + ttl_ms, Ordering::Relaxed);
-            return false;
-        }
-        slot.load(Ordering::Relaxed) <= now
+    fn scope_memo(&self, index: usize, kind: List, public: bool, ttl_ms: u64) -> bool {
+        self.0.scope_memo.public(index, kind, public, ttl_ms)
     }
 
     /// One upstream's page, through the cache.
-    async fn page(
-        &self,
-        call: &Call<'_>,
-        kind: &ListKind,
-        index: usize,
-        cursor: Option<&str>,
-    ) -> Result<Served, Error> {
-        let key = self.cache_key(call, index, kind.cached, "cursor", cursor);
+    async fn page(&self, call: &Call<'_>, kind: List, index: usize, cursor: Option<&str>) -> Result<Served, Error> {
+        let key = self.cache_key(call, index, CachedMethod::from(kind), "cursor", cursor);
         self.through_cache(call, key, None, || self.fetch_page(call, kind, index, cursor)).await
     }
 
@@ -203,29 +173,30 @@ impl Router {
     async fn fetch_page(
         &self,
         call: &Call<'_>,
-        kind: &ListKind,
+        kind: List,
         index: usize,
         cursor: Option<&str>,
     ) -> Result<Fetched, Error> {
         let upstream = &self.0.upstreams[index];
         let params = call.upstream_params(upstream, |p| set_cursor(p, cursor));
-        let body = match upstream.request_with(kind.method, &params, None, OnBehalf::Caller(call.principal)).await? {
+        let body = match upstream.request_with(kind.method(), &params, None, OnBehalf::Caller(call.principal)).await? {
             Reply::Result(body) => body,
             Reply::Error(e) => {
                 return Ok(Fetched { got: Got::Relayed(e), stored: None, public: false, ttl_ms: 0 });
             }
         };
         let malformed = |e: String| {
-            Error::from(UpstreamError::Protocol {
-                upstream: upstream.name().to_owned(),
-                reason: format!("{} page: {e}", kind.method),
-            })
+            Error::from(UpstreamError::new(
+                upstream.name(),
+                UpstreamErrorKind::Protocol { reason: format!("{} page: {e}", kind.method()) },
+            ))
         };
         let text = std::str::from_utf8(&body).map_err(|e| malformed(e.to_string()))?;
         let page = RawObject::parse_str(text).map_err(|e| malformed(e.to_string()))?;
         let mut items = Vec::new();
-        if let Some(array) = page.get(kind.items) {
-            rewrite::list_items(array, kind.field, &self.0.ns, index, &mut items).map_err(malformed)?;
+        if let Some(array) = page.get(kind.items()) {
+            rewrite::list_items(array, identity(kind), &self.0.ns, index, &mut items)
+                .map_err(|e| malformed(e.to_string()))?;
         }
         let next: Option<Box<str>> = match page.get("nextCursor") {
             None => None,
@@ -240,21 +211,23 @@ impl Router {
     }
 
     /// Upstream indices and cursors for this request.
-    fn positions(&self, call: &Call<'_>, kind: &ListKind) -> Result<Vec<(usize, Option<String>)>, Error> {
+    fn positions(&self, call: &Call<'_>, kind: List) -> Result<Vec<(usize, Option<String>)>, Error> {
         let Some(raw) = call.params.get("cursor") else {
             return Ok(self
                 .0
                 .upstreams
                 .iter()
                 .enumerate()
-                .filter(|(i, u)| u.info().is_none_or(|info| info.has(kind.capability)) && self.reaches(call, *i))
+                .filter(|(i, u)| {
+                    u.info().is_none_or(|info| info.has(kind.capability().name())) && self.reaches(call, *i)
+                })
                 .map(|(i, _)| (i, None))
                 .collect());
         };
         let bad = |why: String| Error::from(DownstreamError::InvalidParams(format!("invalid cursor: {why}")));
         let token = raw_str(raw).ok_or_else(|| bad("not a string".into()))?;
         let owner = super::cursor::owner_of(call.principal.identity().map(|i| i.id.as_str()));
-        let positions = self.0.cursors.decode(kind.method, &owner, &token).map_err(|e| bad(e.to_string()))?;
+        let positions = self.0.cursors.decode(kind.method(), &owner, &token).map_err(|e| bad(e.to_string()))?;
         let positions: Vec<(usize, Option<String>)> = positions
             .into_iter()
             .map(|(name, cursor)| {
@@ -267,16 +240,16 @@ impl Router {
         Ok(positions.into_iter().filter(|(i, _)| self.reaches(call, *i)).collect())
     }
 
-    fn page_result(&self, kind: &ListKind, owner: &str, items: &[u8], next: &Positions, hints: Hints) -> Bytes {
+    fn page_result(&self, kind: List, owner: &str, items: &[u8], next: &Positions, hints: Hints) -> Bytes {
         let mut out = Vec::with_capacity(items.len() + 256);
         out.extend_from_slice(b"{\"resultType\":\"complete\",");
-        write_json_string(&mut out, kind.items);
+        write_json_string(&mut out, kind.items());
         out.extend_from_slice(b":[");
         out.extend_from_slice(items);
         out.push(b']');
         if !next.is_empty() {
             out.extend_from_slice(b",\"nextCursor\":");
-            write_json_string(&mut out, &self.0.cursors.encode(kind.method, owner, next));
+            write_json_string(&mut out, &self.0.cursors.encode(kind.method(), owner, next));
         }
         out.extend_from_slice(b",\"ttlMs\":");
         out.extend_from_slice(itoa::Buffer::new().format(hints.ttl_ms).as_bytes());
@@ -288,5 +261,24 @@ impl Router {
         out.extend_from_slice(self.0.server_info.as_bytes());
         out.extend_from_slice(b"}}");
         Bytes::from(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_private_page_keeps_its_list_private_for_its_ttl() {
+        let memo = ScopeMemo::new(2);
+        assert!(memo.public(0, List::Tools, true, 1000));
+        assert!(!memo.public(0, List::Tools, false, 1000));
+        tokio::time::advance(Duration::from_millis(999)).await;
+        assert!(!memo.public(0, List::Tools, true, 1000), "still within the private page's TTL");
+        assert!(memo.public(0, List::Prompts, true, 1000), "other lists are not affected");
+        assert!(memo.public(1, List::Tools, true, 1000), "other upstreams are not affected");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(memo.public(0, List::Tools, true, 1000), "public again once the TTL has passed");
     }
 }

@@ -2,12 +2,32 @@
 //! Hot paths (reads, list items) rewrite raw JSON field by field; the rare tool and prompt
 //! results are walked as values.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::namespace::Namespace;
 use crate::jsonrpc::{RawObject, RpcError};
+
+/// Why an upstream result could not be put into the proxy's namespace: it is not of the
+/// shape it must have (the upstream's side).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Unrewritable {
+    #[error(transparent)]
+    Json(Arc<serde_json::Error>),
+    #[error(transparent)]
+    Utf8(#[from] std::string::FromUtf8Error),
+    #[error("list item without `{0}`")]
+    MissingKey(&'static str),
+}
+
+impl From<serde_json::Error> for Unrewritable {
+    fn from(e: serde_json::Error) -> Self {
+        Unrewritable::Json(Arc::new(e))
+    }
+}
 
 /// Which field of a list item carries its identity, and how it is namespaced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,8 +57,8 @@ pub fn list_items(
     ns: &Namespace,
     index: usize,
     out: &mut Vec<u8>,
-) -> Result<usize, String> {
-    let items: Vec<&RawValue> = serde_json::from_str(array.get()).map_err(|e| e.to_string())?;
+) -> Result<usize, Unrewritable> {
+    let items: Vec<&RawValue> = serde_json::from_str(array.get())?;
     let key = key_of(field);
     for item in &items {
         if !out.is_empty() {
@@ -48,8 +68,8 @@ pub fn list_items(
             out.extend_from_slice(item.get().as_bytes());
             continue;
         }
-        let mut obj = RawObject::parse(item).map_err(|e| e.to_string())?;
-        let value = obj.get_str(key).ok_or_else(|| format!("list item without `{key}`"))?;
+        let mut obj = RawObject::parse(item)?;
+        let value = obj.get_str(key).ok_or(Unrewritable::MissingKey(key))?;
         let renamed = out_of(field, ns, index, &value);
         obj.set_string(key, &renamed);
         obj.write_to(out);
@@ -59,7 +79,7 @@ pub fn list_items(
 
 /// Namespaces `contents[].uri` of a parsed `resources/read` result. Returns whether anything
 /// changed.
-pub fn read_object(obj: &mut RawObject<'_>, ns: &Namespace, index: usize) -> Result<bool, String> {
+pub fn read_object(obj: &mut RawObject<'_>, ns: &Namespace, index: usize) -> Result<bool, Unrewritable> {
     if ns.prefix(index).is_none() {
         return Ok(false);
     }
@@ -72,19 +92,19 @@ pub fn read_object(obj: &mut RawObject<'_>, ns: &Namespace, index: usize) -> Res
     array.push(b'[');
     array.extend_from_slice(&items);
     array.push(b']');
-    let text = String::from_utf8(array).map_err(|e| e.to_string())?;
-    let raw = serde_json::value::RawValue::from_string(text).map_err(|e| e.to_string())?;
+    let text = String::from_utf8(array)?;
+    let raw = serde_json::value::RawValue::from_string(text)?;
     obj.set("contents", std::borrow::Cow::Owned(raw));
     Ok(true)
 }
 
 /// Namespaces resource URIs inside content blocks of a `tools/call` or `prompts/get` result:
 /// `resource_link.uri` and embedded `resource.uri`.
-pub fn content_result(result: &Bytes, ns: &Namespace, index: usize) -> Result<Bytes, String> {
+pub fn content_result(result: &Bytes, ns: &Namespace, index: usize) -> Result<Bytes, Unrewritable> {
     if ns.prefix(index).is_none() {
         return Ok(result.clone());
     }
-    let mut v: Value = serde_json::from_slice(result).map_err(|e| e.to_string())?;
+    let mut v: Value = serde_json::from_slice(result)?;
     let mut changed = false;
     let mut fix = |block: &mut Value| changed |= rewrite_block(block, ns, index);
     if let Some(Value::Array(blocks)) = v.get_mut("content") {
@@ -102,7 +122,7 @@ pub fn content_result(result: &Bytes, ns: &Namespace, index: usize) -> Result<By
     if !changed {
         return Ok(result.clone());
     }
-    serde_json::to_vec(&v).map(Bytes::from).map_err(|e| e.to_string())
+    Ok(serde_json::to_vec(&v).map(Bytes::from)?)
 }
 
 fn rewrite_block(block: &mut Value, ns: &Namespace, index: usize) -> bool {

@@ -8,6 +8,13 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+mod interop;
+mod listen;
+
+pub use interop::APPROVE_STATE;
+use interop::{interop_call, interop_tools};
+pub use listen::{Listen, ListenStep, SampleEvent, ack_notification};
+
 use super::content::{Doc, SampleSpec};
 use crate::jsonrpc::{RawObject, RpcError, code};
 use crate::mcp::{self, method as m};
@@ -33,7 +40,7 @@ struct Inner {
     /// Fetches of the private resources (`me`, `secret`), numbering their contents.
     private_reads: AtomicU64,
     /// Legacy-mode sessions.
-    sessions: super::legacy::Sessions,
+    sessions: super::sessions::SampleSessions,
     /// Listen streams open now, and opened in total.
     listens_open: AtomicU64,
     listens_total: AtomicU64,
@@ -47,14 +54,6 @@ pub enum Handled {
     Error(RpcError),
     /// Start a listen stream: send `ack`, then updates for `uris`.
     Listen(Listen),
-}
-
-/// An accepted `subscriptions/listen`.
-pub struct Listen {
-    /// The `notifications` object of the acknowledgment.
-    pub ack: Value,
-    pub uris: Vec<String>,
-    pub resources_list_changed: bool,
 }
 
 impl Sample {
@@ -84,7 +83,7 @@ impl Sample {
         &self.0.spec
     }
 
-    pub(super) fn sessions(&self) -> &super::legacy::Sessions {
+    pub(super) fn sessions(&self) -> &super::sessions::SampleSessions {
         &self.0.sessions
     }
 
@@ -102,60 +101,9 @@ impl Sample {
         self.0.counts.lock().expect("counts").values().sum()
     }
 
-    /// Listen streams open now.
-    pub fn listens_open(&self) -> u64 {
-        self.0.listens_open.load(Ordering::Relaxed)
-    }
-
-    /// Listen streams opened since start.
-    pub fn listens_total(&self) -> u64 {
-        self.0.listens_total.load(Ordering::Relaxed)
-    }
-
     /// The URI of the resource that changes.
     pub fn status_uri(&self) -> &str {
         &self.0.status_uri
-    }
-
-    /// Changes the `status` resource now and notifies listeners.
-    pub fn bump(&self) {
-        self.0.status.fetch_add(1, Ordering::Relaxed);
-        let _ = self.0.updates.send(SampleEvent::Updated(self.0.status_uri.clone()));
-    }
-
-    /// Announces a change of any URI to the listen streams subscribed to it.
-    pub fn touch(&self, uri: &str) {
-        let _ = self.0.updates.send(SampleEvent::Updated(uri.to_owned()));
-    }
-
-    /// Announces `notifications/resources/list_changed`.
-    pub fn change_list(&self) {
-        let _ = self.0.updates.send(SampleEvent::ListChanged);
-    }
-
-    /// Ends every open listen stream: with a result (`graceful`), or with
-    /// `notifications/cancelled`.
-    pub fn end_listens(&self, graceful: bool) {
-        let _ = self.0.updates.send(SampleEvent::End { graceful });
-    }
-
-    /// Receives the events for listen streams.
-    pub fn subscribe_updates(&self) -> broadcast::Receiver<SampleEvent> {
-        self.0.updates.subscribe()
-    }
-
-    /// The subscribed URIs of every open listen stream.
-    pub fn active_subscriptions(&self) -> Vec<Vec<String>> {
-        let mut v: Vec<Vec<String>> = self.0.active.lock().expect("active").values().cloned().collect();
-        v.sort();
-        v
-    }
-
-    pub(super) fn listen_opened(&self, listen: &Listen) -> ListenGuard {
-        self.0.listens_open.fetch_add(1, Ordering::Relaxed);
-        let n = self.0.listens_total.fetch_add(1, Ordering::Relaxed);
-        self.0.active.lock().expect("active").insert(n, listen.uris.clone());
-        ListenGuard(self.clone(), n)
     }
 
     /// Changes `status` periodically when the spec asks for it, until `cancel`.
@@ -422,143 +370,6 @@ impl Sample {
             self.finish(json!({"completion": {"values": values, "total": total, "hasMore": total > 100}}), false),
         )
     }
-
-    fn listen(&self, params: &RawObject<'_>) -> Handled {
-        let filter: Value =
-            params.get("notifications").and_then(|n| serde_json::from_str(n.get()).ok()).unwrap_or(Value::Null);
-        if !filter.is_object() {
-            return Handled::Error(RpcError::new(code::INVALID_PARAMS, "missing notifications filter"));
-        }
-        let uris: Vec<String> = filter["resourceSubscriptions"]
-            .as_array()
-            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
-            .unwrap_or_default();
-        let list_changed = filter["resourcesListChanged"].as_bool() == Some(true);
-        let mut ack = serde_json::Map::new();
-        if !uris.is_empty() {
-            ack.insert("resourceSubscriptions".into(), json!(uris));
-        }
-        if list_changed {
-            ack.insert("resourcesListChanged".into(), json!(true));
-        }
-        Handled::Listen(Listen { ack: Value::Object(ack), uris, resources_list_changed: list_changed })
-    }
-}
-
-/// The interop tools (see [`SampleSpec::interop`]).
-fn interop_tools() -> Vec<Value> {
-    vec![
-        json!({"name": "lookup", "description": "Looks a query up in a region", "inputSchema": {
-            "type": "object",
-            "properties": {
-                "region": {"type": "string", "x-mcp-header": "Region"},
-                "limit": {"type": "integer", "x-mcp-header": "Limit"},
-                "query": {"type": "string"}
-            },
-            "required": ["region", "query"]}}),
-        json!({"name": "approve", "description": "Asks the client to approve, then answers", "inputSchema":
-               {"type": "object", "properties": {"what": {"type": "string"}}}}),
-        json!({"name": "sample_me", "description": "Needs the client's sampling capability", "inputSchema":
-               {"type": "object", "properties": {}}}),
-    ]
-}
-
-/// The `requestState` of the `approve` tool's `input_required` answer.
-pub const APPROVE_STATE: &str = "approve-state-1";
-
-/// Calls an interop tool.
-fn interop_call(name: &str, args: &Value, params: &RawObject<'_>) -> Result<Value, RpcError> {
-    match name {
-        "lookup" => {
-            let region = args["region"].as_str();
-            let query = args["query"].as_str();
-            let limit_ok = args.get("limit").is_none_or(|l| l.is_null() || l.is_i64());
-            let (Some(region), Some(query), true) = (region, query, limit_ok) else {
-                return Err(RpcError::new(code::INVALID_PARAMS, "Invalid arguments for lookup")
-                    .with_data(json!({"arguments": args})));
-            };
-            let text = format!("{query} in {region}");
-            Ok(json!({"content": [{"type": "text", "text": text}], "structuredContent": {"region": region}}))
-        }
-        "approve" => {
-            let answers: Value =
-                params.get("inputResponses").and_then(|a| serde_json::from_str(a.get()).ok()).unwrap_or(Value::Null);
-            let state_ok = params.get_str("requestState").as_deref() == Some(APPROVE_STATE);
-            if state_ok && answers["approval"]["action"] == "accept" {
-                let what = args["what"].as_str().unwrap_or("it");
-                return Ok(json!({"content": [{"type": "text", "text": format!("approved: {what}")}]}));
-            }
-            Ok(json!({
-                "resultType": "input_required",
-                "inputRequests": {"approval": {"method": "elicitation/create", "params": {
-                    "mode": "form", "message": "Approve?",
-                    "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}}}}},
-                "requestState": APPROVE_STATE
-            }))
-        }
-        "sample_me" => {
-            let caps: Value = params
-                .get("_meta")
-                .and_then(|m| serde_json::from_str::<Value>(m.get()).ok())
-                .map(|m| m[mcp::META_CLIENT_CAPABILITIES].clone())
-                .unwrap_or(Value::Null);
-            if caps.get("sampling").is_none_or(Value::is_null) {
-                return Err(RpcError::new(code::MISSING_CLIENT_CAPABILITY, "Missing client capability: sampling")
-                    .with_data(json!({"requiredCapabilities": {"sampling": {}}})));
-            }
-            Ok(json!({"content": [{"type": "text", "text": "sampled"}]}))
-        }
-        _ => Err(RpcError::new(code::INVALID_PARAMS, format!("Unknown tool: {name}"))),
-    }
-}
-
-/// Forgets a listen stream when it ends.
-pub(super) struct ListenGuard(Sample, u64);
-
-impl Drop for ListenGuard {
-    fn drop(&mut self) {
-        self.0.0.listens_open.fetch_sub(1, Ordering::Relaxed);
-        self.0.0.active.lock().expect("active").remove(&self.1);
-    }
-}
-
-/// What happens on the listen streams.
-#[derive(Debug, Clone)]
-pub enum SampleEvent {
-    Updated(String),
-    ListChanged,
-    End { graceful: bool },
-}
-
-/// What a listen stream does about one event.
-pub enum ListenStep {
-    Skip,
-    Send(String),
-    /// Send this last message, then end the stream.
-    End(String),
-}
-
-impl Listen {
-    /// The step listen `sub_id` (raw JSON id) takes for `event`.
-    pub fn step(&self, sub_id: &str, event: &SampleEvent) -> ListenStep {
-        match event {
-            SampleEvent::Updated(uri) if self.uris.contains(uri) => ListenStep::Send(updated_notification(sub_id, uri)),
-            SampleEvent::ListChanged if self.resources_list_changed => ListenStep::Send(format!(
-                r#"{{"jsonrpc":"2.0","method":"{}","params":{{"_meta":{{"{}":{sub_id}}}}}}}"#,
-                m::RESOURCES_LIST_CHANGED,
-                mcp::META_SUBSCRIPTION_ID
-            )),
-            SampleEvent::End { graceful: true } => ListenStep::End(format!(
-                r#"{{"jsonrpc":"2.0","id":{sub_id},"result":{{"resultType":"complete","_meta":{{"{}":{sub_id}}}}}}}"#,
-                mcp::META_SUBSCRIPTION_ID
-            )),
-            SampleEvent::End { graceful: false } => ListenStep::End(format!(
-                r#"{{"jsonrpc":"2.0","method":"{}","params":{{"requestId":{sub_id},"reason":"server ending the subscription"}}}}"#,
-                m::CANCELLED
-            )),
-            _ => ListenStep::Skip,
-        }
-    }
 }
 
 /// `_meta.clientInfo.name` of a request, or `anonymous`.
@@ -572,23 +383,4 @@ fn client_name(params: &RawObject<'_>) -> String {
 
 fn not_found(uri: &str) -> RpcError {
     RpcError::new(code::INVALID_PARAMS, "Resource not found").with_data(json!({"uri": uri}))
-}
-
-/// The notification for a changed URI on listen `sub_id` (raw JSON id).
-pub fn updated_notification(sub_id: &str, uri: &str) -> String {
-    let uri = serde_json::to_string(uri).expect("string");
-    format!(
-        r#"{{"jsonrpc":"2.0","method":"{}","params":{{"_meta":{{"{}":{sub_id}}},"uri":{uri}}}}}"#,
-        m::RESOURCES_UPDATED,
-        mcp::META_SUBSCRIPTION_ID
-    )
-}
-
-/// The acknowledgment of listen `sub_id`.
-pub fn ack_notification(sub_id: &str, notifications: &Value) -> String {
-    format!(
-        r#"{{"jsonrpc":"2.0","method":"{}","params":{{"_meta":{{"{}":{sub_id}}},"notifications":{notifications}}}}}"#,
-        m::ACKNOWLEDGED,
-        mcp::META_SUBSCRIPTION_ID
-    )
 }

@@ -1,16 +1,12 @@
 //! The sample server over Streamable HTTP.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::CONTENT_TYPE;
-use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
-use hyper::body::Frame;
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Limited};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -22,12 +18,10 @@ use tokio_util::sync::CancellationToken;
 use serde_json::Value;
 
 use super::handler::{Handled, Listen, ListenStep, Sample, ack_notification};
-use super::record::Failure;
+use super::respond::{Closed, Resp, json, record_and_fail, sse, status};
 use crate::downstream::validate::{self, Body};
 use crate::error::Error;
-use crate::jsonrpc::{Incoming, Kind, RequestId, encode_error, encode_result};
-
-pub(super) type Resp = Response<BoxBody<Bytes, Infallible>>;
+use crate::jsonrpc::{Incoming, RequestId, encode_error, encode_result};
 
 /// A running sample HTTP server. Dropping it does not stop it; call [`SampleHttp::stop`].
 pub struct SampleHttp {
@@ -131,19 +125,6 @@ where
     }
 }
 
-/// An injected [`Failure::Close`]: the service fails, and hyper drops the connection
-/// without answering.
-#[derive(Debug)]
-pub(super) struct Closed;
-
-impl std::fmt::Display for Closed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("connection closed by an injected failure")
-    }
-}
-
-impl std::error::Error for Closed {}
-
 async fn serve(
     sample: &Sample,
     req: Request<hyper::body::Incoming>,
@@ -187,29 +168,6 @@ async fn serve(
         }
         Handled::Listen(listen) => listen_stream(sample, checked.id, listen, cancel),
     })
-}
-
-/// Records a received message, then applies an injected failure pending for its method:
-/// `Ok(Some(_))` is the failed answer, `Err` closes the connection.
-pub(super) fn record_and_fail(
-    sample: &Sample,
-    http_method: &str,
-    headers: &http::HeaderMap,
-    msg: &Incoming<'_>,
-) -> Result<Option<Resp>, Closed> {
-    let method = (msg.kind != Kind::Response).then(|| msg.method());
-    let params = msg.params.and_then(|p| serde_json::from_str(p.get()).ok()).unwrap_or(Value::Null);
-    sample.recorder().record(http_method, headers, method, params);
-    match method.and_then(|m| sample.recorder().take_failure(m)) {
-        None => Ok(None),
-        Some(Failure::Close) => Err(Closed),
-        Some(Failure::Status(code)) => Ok(Some(status(StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY)))),
-        Some(Failure::Error { status: http, code }) => {
-            let err = crate::jsonrpc::RpcError::new(code, "injected failure");
-            let http = StatusCode::from_u16(http).unwrap_or(StatusCode::BAD_REQUEST);
-            Ok(Some(json(http, encode_error(msg.id.as_ref(), &err))))
-        }
-    }
 }
 
 /// An SSE response: the acknowledgment, then an update per change of a subscribed URI, with
@@ -256,28 +214,4 @@ fn listen_stream(sample: &Sample, id: RequestId, listen: Listen, cancel: Cancell
 fn rejected(r: validate::Rejected) -> Resp {
     let (status, err) = Error::from(r.error).to_jsonrpc();
     json(status, encode_error(r.id.as_ref(), &err))
-}
-
-/// An SSE response whose events come from `rx`; it ends when every sender is gone.
-pub(super) fn sse(mut rx: mpsc::Receiver<Bytes>) -> Resp {
-    let body = StreamBody::new(futures_util::stream::poll_fn(move |cx| {
-        rx.poll_recv(cx).map(|o| o.map(|b| Ok::<_, Infallible>(Frame::data(b))))
-    }));
-    let mut resp = Response::new(BodyExt::boxed(body));
-    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    resp.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
-    resp
-}
-
-pub(super) fn json(code: StatusCode, body: Bytes) -> Resp {
-    let mut resp = Response::new(Full::new(body).boxed());
-    *resp.status_mut() = code;
-    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    resp
-}
-
-pub(super) fn status(code: StatusCode) -> Resp {
-    let mut resp = Response::new(Full::new(Bytes::new()).boxed());
-    *resp.status_mut() = code;
-    resp
 }

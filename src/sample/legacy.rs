@@ -3,8 +3,7 @@
 //! it (an unknown one gets 404), `resources/subscribe` registers URIs whose changes arrive on
 //! the session's GET stream, and results carry none of the 2026-07-28 fields.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::collections::HashSet;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,39 +14,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::handler::{Handled, Sample, SampleEvent};
-use super::http::{Closed, Resp, json, record_and_fail, sse, status};
+use super::respond::{Closed, Resp, json, record_and_fail, sse, status};
 use crate::jsonrpc::{Incoming, Kind, RawObject, RpcError, code, encode_error, encode_result, raw_str};
 use crate::mcp;
-
-/// The sessions of a legacy sample: their subscribed URIs.
-#[derive(Default)]
-pub struct Sessions {
-    map: Mutex<HashMap<String, HashSet<String>>>,
-    next: Mutex<u64>,
-    /// `initialize` requests served.
-    pub initializations: Mutex<u64>,
-    /// GET streams open now.
-    streams: std::sync::atomic::AtomicU64,
-    /// Questions the server asked mid-call, awaiting the client's answer, by request id.
-    asked: Mutex<HashMap<String, tokio::sync::oneshot::Sender<serde_json::Value>>>,
-}
-
-impl Sample {
-    /// Forgets every legacy session, as a restarted server would: their ids now get 404.
-    pub fn drop_sessions(&self) {
-        self.sessions().map.lock().expect("sessions").clear();
-    }
-
-    /// Legacy GET streams open now.
-    pub fn legacy_streams(&self) -> u64 {
-        self.sessions().streams.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// `initialize` requests served so far (legacy mode).
-    pub fn initializations(&self) -> u64 {
-        *self.sessions().initializations.lock().expect("sessions")
-    }
-}
 
 pub(super) async fn serve(
     sample: &Sample,

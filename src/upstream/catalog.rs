@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::headers::ParamHeader;
 use super::{Reply, Upstream};
-use crate::error::UpstreamError;
+use crate::error::{UpstreamError, UpstreamErrorKind};
 use crate::mcp::method as m;
 
 /// How long a walked catalog is trusted without a change notification.
@@ -153,9 +153,11 @@ impl Upstream {
                 // An upstream that answers with an error has nothing to list.
                 Reply::Error(_) => return Ok(walked),
             };
-            let page: Value = serde_json::from_slice(&page).map_err(|e| UpstreamError::Protocol {
-                upstream: self.name().to_owned(),
-                reason: format!("{} page: {e}", kind.list_method()),
+            let page: Value = serde_json::from_slice(&page).map_err(|e| {
+                UpstreamError::new(
+                    self.name(),
+                    UpstreamErrorKind::Protocol { reason: format!("{} page: {e}", kind.list_method()) },
+                )
             })?;
             for item in page.get(kind.items()).and_then(Value::as_array).into_iter().flatten() {
                 let Some(name) = item.get("name").and_then(Value::as_str) else { continue };

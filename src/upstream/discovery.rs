@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Upstream;
 use super::backoff::Backoff;
+use super::reply::Malformed;
 use crate::mcp;
 
 /// The parts of an upstream's `DiscoverResult` the proxy uses.
@@ -25,11 +26,11 @@ pub struct UpstreamInfo {
 
 impl UpstreamInfo {
     /// Parses a `DiscoverResult`.
-    pub fn from_result(result: &[u8]) -> Result<Self, String> {
-        let v: Value = serde_json::from_slice(result).map_err(|e| e.to_string())?;
+    pub fn from_result(result: &[u8]) -> Result<Self, Malformed> {
+        let v: Value = serde_json::from_slice(result)?;
         let capabilities = v.get("capabilities").cloned().unwrap_or_else(|| Value::Object(Default::default()));
         if !capabilities.is_object() {
-            return Err("capabilities is not an object".into());
+            return Err(Malformed::Capabilities);
         }
         Ok(Self {
             capabilities,

@@ -11,13 +11,34 @@ use bytes::Bytes;
 
 use super::backoff::Backoff;
 use super::discovery::{UpstreamInfo, own_params};
-use super::legacy::{self, Era, Session, Unsolicited};
+use super::legacy;
 use super::reply::Reply;
 use super::sse::SseStream;
 use super::{Transport, Upstream, http};
-use crate::error::UpstreamError;
+use crate::error::{UpstreamError, UpstreamErrorKind};
 use crate::jsonrpc::{Incoming, Kind, encode_request};
 use crate::mcp;
+use crate::mcp::notify::{Change, Unsolicited};
+
+/// An upstream's protocol era, as found by the probe (or pinned in config).
+#[derive(Debug, Clone)]
+pub enum Era {
+    /// Not determined yet (starting, or restarting).
+    Unknown,
+    Modern,
+    Legacy(Arc<UpstreamSession>),
+}
+
+/// One legacy session: what `initialize` negotiated.
+#[derive(Debug)]
+pub struct UpstreamSession {
+    /// The negotiated protocol version.
+    pub version: String,
+    /// `Mcp-Session-Id` (HTTP servers that use sessions).
+    pub id: Option<String>,
+    /// Bumped on every (re-)initialization, so that subscriptions can be re-made.
+    pub generation: u64,
+}
 
 /// How long a stdio server gets to answer the probe before it counts as legacy (the spec:
 /// "any other error, or a timeout, means legacy").
@@ -25,13 +46,13 @@ const STDIO_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Upstream {
     /// Determines the era (probe, or the pinned version) and sets era and info.
-    pub(super) async fn establish(&self) -> Result<(), String> {
+    pub(super) async fn establish(&self) -> Result<(), UpstreamError> {
         let pinned = self.0.config.protocol.as_str();
         if legacy::VERSIONS.contains(&pinned) {
-            return self.initialize(pinned).await.map(|_| ()).map_err(|e| e.to_string());
+            return self.initialize(pinned).await.map(|_| ());
         }
         let params = own_params();
-        let auth = self.proxy_auth().await.map_err(|e| e.to_string())?;
+        let auth = self.proxy_auth().await?;
         let probe =
             self.send_modern(mcp::method::DISCOVER, params.as_bytes(), None, auth.as_deref().map(|a| a.header()));
         let answer = match &self.0.transport {
@@ -39,26 +60,28 @@ impl Upstream {
                 Ok(a) => a,
                 Err(_) => Ok(Reply::Error(crate::jsonrpc::RpcError::new(0, "no answer to the probe"))),
             },
-            Transport::Http(_) => tokio::time::timeout(self.0.config.timeout, probe)
-                .await
-                .map_err(|_| "no answer to server/discover".to_owned())?,
+            Transport::Http(_) => tokio::time::timeout(self.0.config.timeout, probe).await.map_err(|_| {
+                UpstreamError::new(self.name(), UpstreamErrorKind::Timeout { after: self.0.config.timeout })
+            })?,
         };
         let modern_only = pinned == mcp::MODERN_VERSION;
         match answer {
             Ok(Reply::Result(result)) => {
-                let info = UpstreamInfo::from_result(&result)?;
+                let info = UpstreamInfo::from_result(&result)
+                    .map_err(|e| UpstreamError::new(self.name(), UpstreamErrorKind::Malformed(e)))?;
                 self.0.era.send_replace(Era::Modern);
                 self.set_info(Some(info));
                 Ok(())
             }
             Ok(reply) if legacy::probe_says_modern(&reply) || modern_only => {
-                Err(format!("server/discover refused: {:?}", reply_error(&reply)))
+                let reason = format!("server/discover refused: {:?}", reply_error(&reply));
+                Err(UpstreamError::new(self.name(), UpstreamErrorKind::Protocol { reason }))
             }
             // A legacy server: an unrecognised error or a 4xx without a modern error body.
-            Ok(_) | Err(UpstreamError::Status { .. }) => {
-                self.initialize(legacy::VERSIONS[0]).await.map(|_| ()).map_err(|e| e.to_string())
+            Ok(_) | Err(UpstreamError { kind: UpstreamErrorKind::Status { .. }, .. }) => {
+                self.initialize(legacy::VERSIONS[0]).await.map(|_| ())
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e),
         }
     }
 
@@ -80,15 +103,15 @@ impl Upstream {
         let result = match reply {
             Reply::Result(r) => r,
             Reply::Error(e) => {
-                return Err(UpstreamError::Protocol {
-                    upstream: self.name().to_owned(),
-                    reason: format!("initialize: {e}"),
-                });
+                return Err(UpstreamError::new(
+                    self.name(),
+                    UpstreamErrorKind::Protocol { reason: format!("initialize: {e}") },
+                ));
             }
         };
         let (negotiated, info) = legacy::parse_initialize(&result)
-            .map_err(|reason| UpstreamError::Protocol { upstream: self.name().to_owned(), reason })?;
-        let session = Arc::new(Session {
+            .map_err(|e| UpstreamError::new(self.name(), UpstreamErrorKind::Malformed(e)))?;
+        let session = Arc::new(UpstreamSession {
             version: negotiated,
             id: session_id,
             generation: self.0.sessions.fetch_add(1, Ordering::Relaxed) + 1,
@@ -152,7 +175,7 @@ impl Upstream {
     }
 
     /// Whether `session` is still the live one.
-    fn is_current(&self, session: &Session) -> bool {
+    fn is_current(&self, session: &UpstreamSession) -> bool {
         matches!(&*self.0.era.borrow(), Era::Legacy(s) if s.generation == session.generation)
     }
 }
@@ -167,7 +190,7 @@ fn reply_error(reply: &Reply) -> Option<&crate::jsonrpc::RpcError> {
 /// The legacy standalone GET stream of one HTTP session: unsolicited notifications in,
 /// server requests answered, `retry` and `Last-Event-ID` honoured on reconnect. Every
 /// reconnect is announced as a gap, since servers need not replay what was missed.
-async fn get_stream(upstream: Upstream, session: Arc<Session>, cancel: tokio_util::sync::CancellationToken) {
+async fn get_stream(upstream: Upstream, session: Arc<UpstreamSession>, cancel: tokio_util::sync::CancellationToken) {
     let Transport::Http(t) = &upstream.0.transport else { return };
     let headers = http::Headers::Legacy { version: &session.version, session: session.id.as_deref() };
     let mut last_id: Option<String> = None;
@@ -266,7 +289,7 @@ async fn handle_message(
     let Ok(msg) = Incoming::parse(text) else { return }; // priming events carry no data
     match msg.kind {
         Kind::Notification => {
-            if let Some(change) = legacy::unsolicited(&msg) {
+            if let Some(change) = Change::of(&msg) {
                 let _ = upstream.0.unsolicited.send(Unsolicited::Change(change));
             }
         }

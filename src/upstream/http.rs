@@ -14,7 +14,7 @@ use hyper_util::rt::TokioExecutor;
 use super::ProgressSink;
 use super::reply::Reply;
 use super::sse::{SseError, SseStream};
-use crate::error::UpstreamError;
+use crate::error::{UpstreamError, UpstreamErrorKind};
 use crate::jsonrpc::{Incoming, Kind};
 use crate::mcp;
 use crate::tls::{self, ClientTls, TlsError};
@@ -52,7 +52,7 @@ fn build(tls: rustls::ClientConfig) -> HttpClient {
 /// One Streamable HTTP upstream endpoint.
 #[derive(Debug)]
 pub struct HttpTransport {
-    name: String,
+    name: std::sync::Arc<str>,
     client: HttpClient,
     uri: Uri,
     /// Configured credentials and other static headers.
@@ -92,19 +92,19 @@ pub fn session_lost(status: StatusCode, reply: Option<&Reply>) -> bool {
 
 impl HttpTransport {
     pub fn new(name: String, client: HttpClient, uri: Uri, headers: HeaderMap, max_message: usize) -> Self {
-        Self { name, client, uri, headers, max_message }
+        Self { name: name.into(), client, uri, headers, max_message }
     }
 
     fn err_unavailable(&self, reason: impl ToString) -> UpstreamError {
-        UpstreamError::Unavailable { upstream: self.name.clone(), reason: reason.to_string() }
+        UpstreamError::new(self.name.clone(), UpstreamErrorKind::Unavailable { reason: reason.to_string() })
     }
 
     fn err_protocol(&self, reason: impl ToString) -> UpstreamError {
-        UpstreamError::Protocol { upstream: self.name.clone(), reason: reason.to_string() }
+        UpstreamError::new(self.name.clone(), UpstreamErrorKind::Protocol { reason: reason.to_string() })
     }
 
-    fn err_disconnected(&self, reason: impl ToString) -> UpstreamError {
-        UpstreamError::Disconnected { upstream: self.name.clone(), reason: reason.to_string() }
+    pub(super) fn err_disconnected(&self, reason: impl ToString) -> UpstreamError {
+        UpstreamError::new(self.name.clone(), UpstreamErrorKind::Disconnected { reason: reason.to_string() })
     }
 
     /// The header map of a request: configured static headers, the upstream credential
@@ -136,7 +136,7 @@ impl HttpTransport {
             // A failed handshake, a rejected certificate or a peer's alert (say, a client
             // certificate the server wants): retrying will not change it.
             if tls::find_tls_error(&e).is_some() {
-                return UpstreamError::Tls { upstream: self.name.clone(), reason };
+                return UpstreamError::new(self.name.clone(), UpstreamErrorKind::Tls { reason });
             }
             // A connect error never reached the upstream; anything else may have.
             if e.is_connect() { self.err_unavailable(reason) } else { self.err_disconnected(reason) }
@@ -183,12 +183,12 @@ impl HttpTransport {
             Ok(reply) => Ok(Opened::Reply(Exchanged { reply, status, session })),
             // A non-2xx without a JSON-RPC body is an HTTP failure, not a protocol answer.
             Err(_) if !status.is_success() => {
-                Err(UpstreamError::Status { upstream: self.name.clone(), status: status.as_u16() })
+                Err(UpstreamError::new(self.name.clone(), UpstreamErrorKind::Status { status: status.as_u16() }))
             }
             Err(reason) if status == StatusCode::ACCEPTED => {
                 Err(self.err_protocol(format!("202 with no response to a request ({reason})")))
             }
-            Err(reason) => Err(self.err_protocol(reason)),
+            Err(e) => Err(UpstreamError::new(self.name.clone(), UpstreamErrorKind::Malformed(e))),
         }
     }
 
@@ -239,7 +239,7 @@ impl HttpTransport {
     async fn collect(&self, body: hyper::body::Incoming) -> Result<Bytes, UpstreamError> {
         Limited::new(body, self.max_message).collect().await.map(|b| b.to_bytes()).map_err(|e| {
             if e.is::<http_body_util::LengthLimitError>() {
-                UpstreamError::TooLarge { upstream: self.name.clone(), limit: self.max_message }
+                UpstreamError::new(self.name.clone(), UpstreamErrorKind::TooLarge { limit: self.max_message })
             } else {
                 self.err_disconnected(e)
             }
@@ -247,6 +247,11 @@ impl HttpTransport {
     }
 
     /// The largest message accepted.
+    /// The upstream's name, as its errors carry it.
+    pub fn name(&self) -> std::sync::Arc<str> {
+        self.name.clone()
+    }
+
     pub fn max_message(&self) -> usize {
         self.max_message
     }
@@ -295,7 +300,7 @@ impl HttpTransport {
     pub fn sse_error(&self, e: SseError) -> UpstreamError {
         match e {
             SseError::TooLarge { limit } | SseError::NoEvent { limit } => {
-                UpstreamError::TooLarge { upstream: self.name.clone(), limit }
+                UpstreamError::new(self.name.clone(), UpstreamErrorKind::TooLarge { limit })
             }
             SseError::Body(e) => self.err_disconnected(e),
         }

@@ -8,42 +8,13 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use super::discovery::UpstreamInfo;
-use super::listen::{Change, ListKind};
-use super::reply::Reply;
+use super::reply::{Malformed, Reply};
 use crate::config::{CacheScopeDefault, UpstreamConfig};
 use crate::jsonrpc::{Incoming, RawObject, RpcError, code, encode_error, encode_result, raw_str};
 use crate::mcp::method as m;
 
 /// Legacy revisions the proxy speaks to upstreams, newest first.
 pub const VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
-
-/// An upstream's protocol era, as found by the probe (or pinned in config).
-#[derive(Debug, Clone)]
-pub enum Era {
-    /// Not determined yet (starting, or restarting).
-    Unknown,
-    Modern,
-    Legacy(std::sync::Arc<Session>),
-}
-
-/// One legacy session: what `initialize` negotiated.
-#[derive(Debug)]
-pub struct Session {
-    /// The negotiated protocol version.
-    pub version: String,
-    /// `Mcp-Session-Id` (HTTP servers that use sessions).
-    pub id: Option<String>,
-    /// Bumped on every (re-)initialization, so that subscriptions can be re-made.
-    pub generation: u64,
-}
-
-/// Something an upstream said without being asked (legacy), or a gap in what it said.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Unsolicited {
-    Change(Change),
-    /// Notifications may have been missed (stream reconnected, session or process replaced).
-    Gap,
-}
 
 /// `initialize` params: the proxy's identity and the client capabilities it can relay.
 pub fn initialize_params(version: &str) -> Vec<u8> {
@@ -58,11 +29,11 @@ pub fn initialize_params(version: &str) -> Vec<u8> {
 }
 
 /// Reads an `InitializeResult`: the negotiated version and what the server offers.
-pub fn parse_initialize(result: &[u8]) -> Result<(String, UpstreamInfo), String> {
-    let v: Value = serde_json::from_slice(result).map_err(|e| e.to_string())?;
-    let version = v["protocolVersion"].as_str().ok_or("InitializeResult without protocolVersion")?.to_owned();
+pub fn parse_initialize(result: &[u8]) -> Result<(String, UpstreamInfo), Malformed> {
+    let v: Value = serde_json::from_slice(result)?;
+    let version = v["protocolVersion"].as_str().ok_or(Malformed::NoVersion)?.to_owned();
     if !VERSIONS.contains(&version.as_str()) {
-        return Err(format!("the server negotiated {version}, which the proxy does not speak"));
+        return Err(Malformed::Unspoken(version));
     }
     let capabilities = match v.get("capabilities") {
         Some(c) if c.is_object() => c.clone(),
@@ -169,17 +140,6 @@ pub fn answer_server_request(msg: &Incoming<'_>) -> Option<Bytes> {
             ),
         ),
     })
-}
-
-/// A legacy server's unsolicited notification, if it is one the proxy acts on.
-pub fn unsolicited(msg: &Incoming<'_>) -> Option<Change> {
-    match msg.method() {
-        m::RESOURCES_UPDATED => {
-            let params = RawObject::parse(msg.params?).ok()?;
-            Some(Change::Updated(params.get("uri").and_then(raw_str)?.into_owned()))
-        }
-        other => ListKind::ALL.into_iter().find(|k| k.method() == other).map(Change::ListChanged),
-    }
 }
 
 /// Whether an answer to the `server/discover` probe shows a modern server (reference §7):

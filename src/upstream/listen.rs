@@ -1,130 +1,17 @@
 //! Upstream `subscriptions/listen`: one long-lived request whose answer is a stream of change
 //! notifications, over an SSE response (HTTP) or interleaved on stdout (stdio).
 
-use std::collections::BTreeSet;
-
 use bytes::Bytes;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::jsonrpc::{Incoming, Kind, RawObject, RpcError, raw_str};
+use super::{Reply, Transport, Upstream, discovery, http};
+use crate::error::UpstreamError;
+use std::sync::Arc;
+
+use crate::jsonrpc::{Incoming, Kind, RawObject, RpcError, encode_request};
+use crate::mcp;
 use crate::mcp::method as m;
-
-/// What a listen asks for, in the upstream's own URIs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Filter {
-    pub resources_list_changed: bool,
-    pub tools_list_changed: bool,
-    pub prompts_list_changed: bool,
-    pub uris: BTreeSet<String>,
-}
-
-/// A list whose change an upstream can announce.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ListKind {
-    /// `resources/list` and `resources/templates/list`.
-    Resources,
-    Tools,
-    Prompts,
-}
-
-impl ListKind {
-    pub const ALL: [ListKind; 3] = [ListKind::Resources, ListKind::Tools, ListKind::Prompts];
-
-    /// The notification that announces it.
-    pub fn method(self) -> &'static str {
-        match self {
-            ListKind::Resources => m::RESOURCES_LIST_CHANGED,
-            ListKind::Tools => m::TOOLS_LIST_CHANGED,
-            ListKind::Prompts => m::PROMPTS_LIST_CHANGED,
-        }
-    }
-
-    /// The filter field that asks for it.
-    pub fn filter_key(self) -> &'static str {
-        match self {
-            ListKind::Resources => "resourcesListChanged",
-            ListKind::Tools => "toolsListChanged",
-            ListKind::Prompts => "promptsListChanged",
-        }
-    }
-
-    /// The capability object that declares it.
-    pub fn capability(self) -> &'static str {
-        match self {
-            ListKind::Resources => "resources",
-            ListKind::Tools => "tools",
-            ListKind::Prompts => "prompts",
-        }
-    }
-}
-
-impl Filter {
-    /// Whether it asks for nothing.
-    pub fn is_empty(&self) -> bool {
-        !self.resources_list_changed && !self.tools_list_changed && !self.prompts_list_changed && self.uris.is_empty()
-    }
-
-    pub fn list(&self, kind: ListKind) -> bool {
-        match kind {
-            ListKind::Resources => self.resources_list_changed,
-            ListKind::Tools => self.tools_list_changed,
-            ListKind::Prompts => self.prompts_list_changed,
-        }
-    }
-
-    pub fn set_list(&mut self, kind: ListKind, on: bool) {
-        match kind {
-            ListKind::Resources => self.resources_list_changed = on,
-            ListKind::Tools => self.tools_list_changed = on,
-            ListKind::Prompts => self.prompts_list_changed = on,
-        }
-    }
-
-    /// The `notifications` object of a listen request or acknowledgment.
-    pub fn to_json(&self) -> Value {
-        let mut obj = serde_json::Map::new();
-        for kind in ListKind::ALL {
-            if self.list(kind) {
-                obj.insert(kind.filter_key().into(), json!(true));
-            }
-        }
-        if !self.uris.is_empty() {
-            obj.insert("resourceSubscriptions".into(), json!(self.uris));
-        }
-        Value::Object(obj)
-    }
-
-    /// Reads a `notifications` object. Unknown fields are ignored; wrong types are an error.
-    pub fn from_json(v: &Value) -> Result<Self, String> {
-        let obj = v.as_object().ok_or("`notifications` must be an object")?;
-        let mut f = Filter::default();
-        for kind in ListKind::ALL {
-            match obj.get(kind.filter_key()) {
-                None | Some(Value::Null) => {}
-                Some(Value::Bool(b)) => f.set_list(kind, *b),
-                Some(_) => return Err(format!("`{}` must be a boolean", kind.filter_key())),
-            }
-        }
-        match obj.get("resourceSubscriptions") {
-            None | Some(Value::Null) => {}
-            Some(Value::Array(items)) => {
-                for item in items {
-                    let uri = item.as_str().ok_or("`resourceSubscriptions` must hold strings")?;
-                    f.uris.insert(uri.to_owned());
-                }
-            }
-            Some(_) => return Err("`resourceSubscriptions` must be an array".into()),
-        }
-        Ok(f)
-    }
-}
-
-/// One thing that changed upstream.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Change {
-    Updated(String),
-    ListChanged(ListKind),
-}
+use crate::mcp::notify::{Change, Filter};
 
 /// How a listen ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -137,6 +24,19 @@ pub enum ListenEnd {
     Refused(RpcError),
     /// The stream broke.
     Abrupt(String),
+}
+
+/// Why an upstream listen's stream broke (the upstream side).
+#[derive(Debug, thiserror::Error)]
+enum Broken {
+    #[error("answered")]
+    Answered,
+    #[error("upstream process exited or fell behind")]
+    Exited,
+    #[error("upstream closed the stream")]
+    Closed,
+    #[error(transparent)]
+    Sse(super::sse::SseError),
 }
 
 /// What a listen stream delivers.
@@ -175,32 +75,49 @@ pub fn classify(message: &Bytes, id: &str) -> Option<ListenEvent> {
                         .unwrap_or(Value::Object(Default::default()));
                     Some(ListenEvent::Ack(Filter::from_json(&notifications).unwrap_or_default()))
                 }
-                m::RESOURCES_UPDATED => {
-                    let uri = params.as_ref()?.get("uri").and_then(raw_str)?.into_owned();
-                    Some(ListenEvent::Change(Change::Updated(uri)))
-                }
                 m::CANCELLED => {
                     let target = params.as_ref()?.get("requestId")?.get().to_owned();
                     (target == id).then_some(ListenEvent::End(ListenEnd::Cancelled))
                 }
-                other => ListKind::ALL
-                    .into_iter()
-                    .find(|k| k.method() == other)
-                    .map(|k| ListenEvent::Change(Change::ListChanged(k))),
+                _ => Change::of(&msg).map(ListenEvent::Change),
             }
         }
         Kind::Request => None,
     }
 }
 
-/// `_meta.subscriptionId` of a notification line (raw JSON), for demultiplexing on stdio.
-pub fn subscription_of(msg: &Incoming<'_>) -> Option<String> {
-    let params = RawObject::parse(msg.params?).ok()?;
-    if msg.method() == m::CANCELLED {
-        return params.get("requestId").map(|r| r.get().to_owned());
+impl Upstream {
+    /// Opens a `subscriptions/listen` for `filter` (upstream URIs). The returned stream yields
+    /// the acknowledgment, the changes, and how it ended. Modern upstreams only.
+    pub async fn listen(&self, filter: &crate::mcp::notify::Filter) -> Result<UpstreamListen, UpstreamError> {
+        let mut params: serde_json::Value = serde_json::from_str(&discovery::own_params()).expect("valid JSON");
+        params["notifications"] = filter.to_json();
+        let params = serde_json::to_vec(&params).expect("serializable");
+        let method = mcp::method::LISTEN;
+        let id = self.next_id();
+        let body = encode_request(&id, method, &params);
+        let id_json = id.as_json().to_owned();
+        match &self.0.transport {
+            Transport::Http(t) => {
+                let headers = http::Headers::modern(method, &params, |_| Arc::from(Vec::new()));
+                let auth = self.proxy_auth().await?;
+                match t.open(&id_json, body, &headers, auth.as_deref().map(|a| a.header())).await? {
+                    http::Opened::Stream { body, .. } => Ok(UpstreamListen::http(id_json, body, t.max_message())),
+                    http::Opened::Reply(ex) => {
+                        let end = match ex.reply {
+                            Reply::Error(e) => ListenEnd::Refused(e),
+                            Reply::Result(_) => ListenEnd::Graceful,
+                        };
+                        Ok(UpstreamListen::answered(id_json, ListenEvent::End(end)))
+                    }
+                }
+            }
+            Transport::Stdio(t) => {
+                let (messages, guard) = t.open_listen(&id_json, body).await?;
+                Ok(UpstreamListen::stdio(id_json, messages, guard))
+            }
+        }
     }
-    let meta = RawObject::parse(params.get("_meta")?).ok()?;
-    meta.get(crate::mcp::META_SUBSCRIPTION_ID).map(|r| r.get().to_owned())
 }
 
 /// An open upstream listen. Dropping it cancels the listen: an HTTP stream is closed, a stdio
@@ -253,7 +170,7 @@ impl UpstreamListen {
                 Ok(m) => m,
                 Err(reason) => {
                     self.ended = true;
-                    return ListenEvent::End(ListenEnd::Abrupt(reason));
+                    return ListenEvent::End(ListenEnd::Abrupt(reason.to_string()));
                 }
             };
             if let Some(event) = classify(&message, &self.id) {
@@ -263,16 +180,14 @@ impl UpstreamListen {
         }
     }
 
-    async fn next_message(&mut self) -> Result<Bytes, String> {
+    async fn next_message(&mut self) -> Result<Bytes, Broken> {
         match &mut self.source {
-            Source::Answered(_) => Err("answered".into()),
-            Source::Stdio { messages, .. } => {
-                messages.recv().await.ok_or_else(|| "upstream process exited or fell behind".to_owned())
-            }
+            Source::Answered(_) => Err(Broken::Answered),
+            Source::Stdio { messages, .. } => messages.recv().await.ok_or(Broken::Exited),
             Source::Http(stream) => match stream.next_data().await {
                 Ok(Some(message)) => Ok(message),
-                Ok(None) => Err("upstream closed the stream".into()),
-                Err(e) => Err(e.to_string()),
+                Ok(None) => Err(Broken::Closed),
+                Err(e) => Err(Broken::Sse(e)),
             },
         }
     }
@@ -281,17 +196,7 @@ impl UpstreamListen {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn filter_round_trip_and_errors() {
-        let v = json!({"resourcesListChanged": true, "resourceSubscriptions": ["a://1", "a://2"], "x": 1});
-        let f = Filter::from_json(&v).unwrap();
-        assert!(f.resources_list_changed && !f.tools_list_changed);
-        assert_eq!(f.to_json(), json!({"resourcesListChanged": true, "resourceSubscriptions": ["a://1", "a://2"]}));
-        assert!(Filter::from_json(&json!({"resourceSubscriptions": "a"})).is_err());
-        assert!(Filter::from_json(&json!([])).is_err());
-        assert!(Filter::default().is_empty());
-    }
+    use crate::mcp::Capability;
 
     #[test]
     fn classifies_the_messages_of_a_listen() {
@@ -308,7 +213,7 @@ mod tests {
         );
         assert_eq!(
             c(r#"{"jsonrpc":"2.0","method":"notifications/prompts/list_changed","params":{}}"#),
-            Some(ListenEvent::Change(Change::ListChanged(ListKind::Prompts)))
+            Some(ListenEvent::Change(Change::ListChanged(Capability::Prompts)))
         );
         assert_eq!(c(r#"{"jsonrpc":"2.0","id":7,"result":{}}"#), Some(ListenEvent::End(ListenEnd::Graceful)));
         assert_eq!(c(r#"{"jsonrpc":"2.0","id":8,"result":{}}"#), None);

@@ -9,11 +9,123 @@ use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::http::{Headers, HttpTransport};
+use super::http::{self, Headers, HttpTransport};
 use super::reply::Reply;
 use super::sse::SseStream;
-use crate::error::UpstreamError;
+use super::{Era, OnBehalf, ProgressSink, Transport, Upstream, legacy};
+use crate::error::{UpstreamError, UpstreamErrorKind};
+use crate::jsonrpc::encode_request;
 use crate::jsonrpc::{Incoming, Kind};
+use tokio::time::{Instant, timeout_at};
+
+/// The outcome of a call that may ask the client questions.
+pub enum Relayed {
+    Done(Reply),
+    /// The upstream asked something; the call is held until the client answers.
+    Asked(ServerRequest, HeldCall),
+}
+
+impl Upstream {
+    /// Sends a call whose mid-call questions (legacy server requests with a method in `relay`)
+    /// are handed back instead of declined. Only legacy HTTP upstreams ask such questions on
+    /// the call's own stream; for any other upstream this is [`Upstream::request`].
+    pub async fn call_relayed(
+        &self,
+        method: &str,
+        params: &[u8],
+        relay: Vec<String>,
+        progress: Option<&ProgressSink>,
+        on: OnBehalf<'_>,
+    ) -> Result<Relayed, UpstreamError> {
+        let timeout = self.0.config.timeout;
+        let deadline = Instant::now() + timeout;
+        let timed_out = || UpstreamError::new(self.name(), UpstreamErrorKind::Timeout { after: timeout });
+        let era = self.wait_era(deadline).await;
+        let (Era::Legacy(session), Transport::Http(t)) = (&era, &self.0.transport) else {
+            return self.request_with(method, params, progress, on).await.map(Relayed::Done);
+        };
+        if relay.is_empty() {
+            return self.request_with(method, params, progress, on).await.map(Relayed::Done);
+        }
+        let auth = timeout_at(deadline, self.auth_for(on)).await.map_err(|_| timed_out())??;
+        let header = auth.as_deref().map(|a| a.header());
+        let permit = timeout_at(deadline, self.0.in_flight.clone().acquire_owned())
+            .await
+            .map_err(|_| timed_out())?
+            .expect("semaphore is never closed");
+        let translated = legacy::translate_params(params).into_owned();
+        let id = self.next_id();
+        let body = encode_request(&id, method, &translated);
+        let headers = http::Headers::Legacy { version: &session.version, session: session.id.as_deref() };
+        let opened =
+            timeout_at(deadline, t.open(id.as_json(), body, &headers, header)).await.map_err(|_| timed_out())??;
+        match opened {
+            http::Opened::Reply(ex) => {
+                if http::session_lost(ex.status, Some(&ex.reply)) {
+                    drop(permit);
+                    // A fresh session, then the plain path (no questions can be relayed there).
+                    self.reinitialize(&era).await?;
+                    return self.request_with(method, params, None, on).await.map(Relayed::Done);
+                }
+                Ok(Relayed::Done(legacy::translate_reply(method, &translated, ex.reply, &self.0.config)))
+            }
+            http::Opened::Stream { body, .. } => {
+                let owned = OwnedHeaders {
+                    version: session.version.clone(),
+                    session: session.id.clone(),
+                    auth: header.cloned(),
+                };
+                let held = hold(
+                    t.clone(),
+                    owned,
+                    id.as_json().to_owned(),
+                    body,
+                    relay,
+                    legacy::answer_server_request,
+                    Some(permit),
+                );
+                self.next_step(held, method, &translated).await
+            }
+        }
+    }
+
+    /// Answers the pending question of a held call and reads on to its next step.
+    pub async fn resume_relayed(
+        &self,
+        mut held: HeldCall,
+        method: &str,
+        params: &[u8],
+        answer: Bytes,
+    ) -> Result<Relayed, UpstreamError> {
+        if !held.answer(answer).await {
+            return Err(UpstreamError::new(
+                self.name(),
+                UpstreamErrorKind::Disconnected { reason: "held call ended".into() },
+            ));
+        }
+        let translated = legacy::translate_params(params).into_owned();
+        self.next_step(held, method, &translated).await
+    }
+
+    pub(super) async fn next_step(
+        &self,
+        mut held: HeldCall,
+        method: &str,
+        translated: &[u8],
+    ) -> Result<Relayed, UpstreamError> {
+        let timeout = self.0.config.timeout;
+        let step = tokio::time::timeout(timeout, held.next())
+            .await
+            .map_err(|_| UpstreamError::new(self.name(), UpstreamErrorKind::Timeout { after: timeout }))?;
+        match step {
+            Step::Asked(question) => Ok(Relayed::Asked(question, held)),
+            Step::Done(Ok(reply)) => {
+                Ok(Relayed::Done(legacy::translate_reply(method, translated, reply, &self.0.config)))
+            }
+            Step::Done(Err(e)) => Err(e),
+        }
+    }
+}
 
 /// A question a legacy server asked mid-call.
 #[derive(Debug, Clone)]
@@ -36,6 +148,8 @@ pub enum Step {
 /// An upstream call held open across MRTR round trips. Dropping it abandons the call (its
 /// connection closes, which a Streamable HTTP server treats as cancellation).
 pub struct HeldCall {
+    /// The upstream's name, for the error when the call's task is gone.
+    upstream: std::sync::Arc<str>,
     steps: mpsc::Receiver<Step>,
     answers: mpsc::Sender<Bytes>,
     task: tokio::task::JoinHandle<()>,
@@ -55,8 +169,10 @@ impl HeldCall {
 
     /// The call's next step.
     pub async fn next(&mut self) -> Step {
+        let upstream = &self.upstream;
         self.steps.recv().await.unwrap_or_else(|| {
-            Step::Done(Err(UpstreamError::Disconnected { upstream: String::new(), reason: "held call ended".into() }))
+            let kind = UpstreamErrorKind::Disconnected { reason: "held call ended".into() };
+            Step::Done(Err(UpstreamError::new(upstream.clone(), kind)))
         })
     }
 }
@@ -76,6 +192,7 @@ pub fn hold(
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> HeldCall {
     // One question is open at a time, so one slot each way is enough.
+    let upstream = transport.name();
     let (step_tx, steps) = mpsc::channel(1);
     let (answers, mut answer_rx) = mpsc::channel::<Bytes>(1);
     let task = tokio::spawn(async move {
@@ -92,7 +209,7 @@ pub fn hold(
             let event = match stream.next().await {
                 Ok(Some(event)) => event,
                 Ok(None) => {
-                    let e = UpstreamError::Disconnected { upstream: String::new(), reason: "stream ended".into() };
+                    let e = transport.err_disconnected("stream ended");
                     let _ = step_tx.send(Step::Done(Err(e))).await;
                     return;
                 }
@@ -138,7 +255,7 @@ pub fn hold(
             let _ = transport.post_message(response, &headers, owned.auth.as_ref()).await;
         }
     });
-    HeldCall { steps, answers, task }
+    HeldCall { upstream, steps, answers, task }
 }
 
 /// Owned copy of a legacy request's protocol headers, for a task.
@@ -146,7 +263,7 @@ pub struct OwnedHeaders {
     pub version: String,
     pub session: Option<String>,
     /// The call's `Authorization` value (its caller's upstream credential).
-    pub auth: Option<http::HeaderValue>,
+    pub auth: Option<::http::HeaderValue>,
 }
 
 impl OwnedHeaders {

@@ -1,8 +1,43 @@
 //! An upstream's answer to one request, kept as the received bytes.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
-use crate::jsonrpc::{Incoming, Kind, RpcError};
+use crate::jsonrpc::{Incoming, Kind, MessageError, RpcError};
+
+/// A message from an upstream that the proxy cannot use: the upstream side broke the protocol
+/// (it becomes [`crate::error::UpstreamErrorKind::Malformed`]).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Malformed {
+    #[error("response is not UTF-8")]
+    NotUtf8,
+    #[error(transparent)]
+    Message(#[from] MessageError),
+    #[error("expected a response, got a {0:?}")]
+    NotResponse(Kind),
+    #[error("response id {got} does not match request id {want}")]
+    WrongId { got: String, want: String },
+    #[error("response without result or error")]
+    NoOutcome,
+    #[error("malformed error object: {0}")]
+    ErrorObject(#[source] Arc<serde_json::Error>),
+    /// A result that is not the JSON it must be.
+    #[error(transparent)]
+    Json(Arc<serde_json::Error>),
+    #[error("capabilities is not an object")]
+    Capabilities,
+    #[error("InitializeResult without protocolVersion")]
+    NoVersion,
+    #[error("the server negotiated {0}, which the proxy does not speak")]
+    Unspoken(String),
+}
+
+impl From<serde_json::Error> for Malformed {
+    fn from(e: serde_json::Error) -> Self {
+        Malformed::Json(Arc::new(e))
+    }
+}
 
 /// A JSON-RPC response from an upstream: its `result` as a zero-copy slice of the received
 /// message, or its `error`.
@@ -28,22 +63,22 @@ impl Reply {
     }
 
     /// Decodes a response message, checking it is a response (to `expect_id`, when given).
-    pub fn decode(message: &Bytes, expect_id: Option<&str>) -> Result<Self, String> {
-        let text = std::str::from_utf8(message).map_err(|_| "response is not UTF-8".to_owned())?;
-        let msg = Incoming::parse(text).map_err(|e| e.to_string())?;
+    pub fn decode(message: &Bytes, expect_id: Option<&str>) -> Result<Self, Malformed> {
+        let text = std::str::from_utf8(message).map_err(|_| Malformed::NotUtf8)?;
+        let msg = Incoming::parse(text)?;
         if msg.kind != Kind::Response {
-            return Err(format!("expected a response, got a {:?}", msg.kind));
+            return Err(Malformed::NotResponse(msg.kind));
         }
         if let (Some(want), Some(got)) = (expect_id, &msg.id)
             && got.as_json() != want
         {
-            return Err(format!("response id {got} does not match request id {want}"));
+            return Err(Malformed::WrongId { got: got.to_string(), want: want.to_owned() });
         }
         if let Some(result) = msg.result {
             return Ok(Reply::Result(message.slice_ref(result.get().as_bytes())));
         }
-        let error = msg.error.ok_or("response without result or error")?;
-        serde_json::from_str(error.get()).map(Reply::Error).map_err(|e| format!("malformed error object: {e}"))
+        let error = msg.error.ok_or(Malformed::NoOutcome)?;
+        serde_json::from_str(error.get()).map(Reply::Error).map_err(|e| Malformed::ErrorObject(Arc::new(e)))
     }
 }
 
@@ -67,7 +102,7 @@ mod tests {
     fn a_result_nested_past_the_cap_is_refused() {
         let deep = format!(r#"{{"jsonrpc":"2.0","id":3,"result":{{"a":{}1{}}}}}"#, "[".repeat(70), "]".repeat(70));
         let e = Reply::decode(&Bytes::from(deep), Some("3")).unwrap_err();
-        assert!(e.contains("deeper than 64"), "{e}");
+        assert!(e.to_string().contains("deeper than 64"), "{e}");
         let bomb = Bytes::from("[".repeat(1_000_000));
         assert!(Reply::decode(&bomb, Some("3")).is_err());
     }

@@ -22,8 +22,9 @@ use tokio_util::task::TaskTracker;
 
 use super::backoff::Backoff;
 use super::reply::Reply;
-use crate::error::UpstreamError;
+use crate::error::{UpstreamError, UpstreamErrorKind};
 use crate::jsonrpc::{Incoming, Kind, encode_notification};
+use crate::mcp::notify::{Change, Unsolicited, subscription_of};
 
 /// How to start the process.
 #[derive(Debug, Clone)]
@@ -37,7 +38,7 @@ pub struct StdioSpec {
     /// Longest wait between restarts.
     pub backoff_max: Duration,
     /// Where notifications outside any listen go (legacy servers send them unasked).
-    pub unsolicited: tokio::sync::broadcast::Sender<super::legacy::Unsolicited>,
+    pub unsolicited: tokio::sync::broadcast::Sender<Unsolicited>,
 }
 
 /// A live process: the writer queue and the requests awaiting an answer.
@@ -114,7 +115,7 @@ impl StdioTransport {
         let message = reply_rx.await.map_err(|_| self.disconnected("process exited"))?;
         guard.done = true;
         Reply::decode(&message, Some(id))
-            .map_err(|reason| UpstreamError::Protocol { upstream: self.name.clone(), reason })
+            .map_err(|e| UpstreamError::new(self.name.clone(), UpstreamErrorKind::Malformed(e)))
     }
 
     /// Sends a `subscriptions/listen` line; its messages arrive on the returned channel until
@@ -149,11 +150,11 @@ impl StdioTransport {
     }
 
     fn unavailable(&self, reason: &str) -> UpstreamError {
-        UpstreamError::Unavailable { upstream: self.name.clone(), reason: reason.into() }
+        UpstreamError::new(self.name.clone(), UpstreamErrorKind::Unavailable { reason: reason.into() })
     }
 
     fn disconnected(&self, reason: &str) -> UpstreamError {
-        UpstreamError::Disconnected { upstream: self.name.clone(), reason: reason.into() }
+        UpstreamError::new(self.name.clone(), UpstreamErrorKind::Disconnected { reason: reason.into() })
     }
 }
 
@@ -353,10 +354,10 @@ fn on_line(spec: &StdioSpec, conn: &Conn, line: Bytes) {
             }
         }
         Kind::Notification => {
-            let Some(sub) = super::listen::subscription_of(&msg) else {
+            let Some(sub) = subscription_of(&msg) else {
                 // Legacy servers announce changes unasked.
-                if let Some(change) = super::legacy::unsolicited(&msg) {
-                    let _ = spec.unsolicited.send(super::legacy::Unsolicited::Change(change));
+                if let Some(change) = Change::of(&msg) {
+                    let _ = spec.unsolicited.send(Unsolicited::Change(change));
                 }
                 return;
             };

@@ -16,7 +16,7 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use tokio::sync::mpsc;
 
 use super::stream::{StreamOptions, pump};
-use super::{Legacy, Sessions, rpc_error};
+use super::{Legacy, SessionTable, rpc_error};
 use crate::auth::Principal;
 use crate::downstream::framing::Framing;
 use crate::downstream::listen::sse_response;
@@ -31,7 +31,7 @@ use crate::mcp;
 const FRAMES: usize = 8;
 
 /// A legacy `initialize` (no modern `_meta`): answered by the proxy, with a new session id.
-pub async fn initialize(legacy: &Legacy, sessions: &Sessions, msg: &Incoming<'_>, principal: &Principal) -> Resp {
+pub async fn initialize(legacy: &Legacy, sessions: &SessionTable, msg: &Incoming<'_>, principal: &Principal) -> Resp {
     let id = msg.id.as_ref().expect("requests have ids");
     let (version, result) = match legacy.initialize(msg.params, principal).await {
         Ok(answer) => answer,
@@ -49,7 +49,7 @@ pub async fn initialize(legacy: &Legacy, sessions: &Sessions, msg: &Incoming<'_>
 /// A POST in a legacy session.
 pub async fn post(
     legacy: &Legacy,
-    sessions: &Sessions,
+    sessions: &SessionTable,
     headers: &HeaderMap,
     session_id: &HeaderValue,
     msg: &Incoming<'_>,
@@ -78,7 +78,7 @@ pub async fn post(
 /// GET: the session's standalone SSE stream of unsolicited notifications.
 pub async fn get(
     legacy: &Legacy,
-    sessions: &Sessions,
+    sessions: &SessionTable,
     headers: &HeaderMap,
     session_id: &HeaderValue,
     principal: &Principal,
@@ -118,7 +118,7 @@ pub async fn get(
 }
 
 /// DELETE: ends the session (its owner only; anyone else gets 404).
-pub async fn delete(sessions: &Sessions, session_id: &HeaderValue, principal: &Principal) -> Resp {
+pub async fn delete(sessions: &SessionTable, session_id: &HeaderValue, principal: &Principal) -> Resp {
     let ended = match session_id.to_str() {
         Ok(token) => sessions.end_everywhere(token, principal).await,
         Err(_) => Err(DownstreamError::SessionNotFound.into()),
@@ -130,10 +130,10 @@ pub async fn delete(sessions: &Sessions, session_id: &HeaderValue, principal: &P
 }
 
 fn resolve(
-    sessions: &Sessions,
+    sessions: &SessionTable,
     session_id: &HeaderValue,
     principal: &Principal,
-) -> Result<std::sync::Arc<super::Session>, Error> {
+) -> Result<std::sync::Arc<super::DownstreamSession>, Error> {
     let token = session_id.to_str().map_err(|_| DownstreamError::SessionNotFound)?;
     sessions.resolve(token, principal)
 }

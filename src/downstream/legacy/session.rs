@@ -26,11 +26,12 @@ use crate::cluster::{Adopted, Cluster};
 use crate::error::{DownstreamError, Error};
 use crate::hub::{Hub, Listener, Notice, Subscription};
 use crate::jsonrpc::RequestId;
-use crate::upstream::listen::{Filter, ListKind};
+use crate::mcp::Capability;
+use crate::mcp::notify::Filter;
 
 /// A legacy session. Shared (`Arc`) by the session table, the requests in flight and the
 /// session's stream writer.
-pub struct Session {
+pub struct DownstreamSession {
     /// The protocol version negotiated at `initialize`.
     pub version: &'static str,
     /// Who created it: the only principal that may use it.
@@ -68,7 +69,7 @@ struct State {
 }
 
 /// Marks the session's stream open; dropping it marks it closed.
-pub struct StreamGuard(Arc<Session>);
+pub struct StreamGuard(Arc<DownstreamSession>);
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
@@ -83,7 +84,7 @@ impl Drop for StreamGuard {
     }
 }
 
-impl Session {
+impl DownstreamSession {
     /// A session of `owner` negotiated for `version`, active as of `now`.
     pub fn new(version: &'static str, owner: Principal, now: Instant) -> Arc<Self> {
         Arc::new(Self {
@@ -275,7 +276,7 @@ impl Session {
 /// change (the hub honours what the upstreams declared).
 fn filter(uris: &BTreeSet<String>) -> Filter {
     let mut f = Filter { uris: uris.clone(), ..Filter::default() };
-    for kind in ListKind::ALL {
+    for kind in Capability::ALL {
         f.set_list(kind, true);
     }
     f

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::{MissedTickBehavior, interval, timeout};
 use tokio_util::sync::CancellationToken;
 
-use super::session::{Session, StreamGuard};
+use super::session::{DownstreamSession, StreamGuard};
 use crate::downstream::framing::Framing;
 use crate::hub::{Listener, Notice};
 use crate::jsonrpc::write_json_string;
@@ -33,7 +33,7 @@ pub struct StreamOptions {
 
 /// Writes `session`'s changes to `tx` until the session ends, `stop` fires, the client goes
 /// away or stops reading. `guard` keeps the stream marked open meanwhile.
-pub async fn pump(session: Arc<Session>, guard: StreamGuard, tx: mpsc::Sender<Bytes>, opts: StreamOptions) {
+pub async fn pump(session: Arc<DownstreamSession>, guard: StreamGuard, tx: mpsc::Sender<Bytes>, opts: StreamOptions) {
     let _guard = guard;
     let framing = opts.framing;
     let send = |frame: Bytes| {
@@ -93,7 +93,7 @@ pub fn notification(change: &Notice) -> Vec<u8> {
             write_json_string(&mut out, uri);
             out.push(b'}');
         }
-        Notice::List(kind) => write_json_string(&mut out, kind.method()),
+        Notice::List(kind) => write_json_string(&mut out, kind.changed()),
     }
     out.push(b'}');
     out
@@ -102,7 +102,7 @@ pub fn notification(change: &Notice) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::listen::ListKind;
+    use crate::mcp::Capability;
     use serde_json::{Value, json};
 
     #[test]
@@ -112,7 +112,7 @@ mod tests {
             v,
             json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "docs+docs://status"}})
         );
-        let v: Value = serde_json::from_slice(&notification(&Notice::List(ListKind::Prompts))).unwrap();
+        let v: Value = serde_json::from_slice(&notification(&Notice::List(Capability::Prompts))).unwrap();
         assert_eq!(v, json!({"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"}));
     }
 }

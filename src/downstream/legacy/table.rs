@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::session::Session;
+use super::session::DownstreamSession;
 use super::token::{Nonce, SessionKey};
 use crate::auth::Principal;
 use crate::cluster::Cluster;
@@ -23,7 +23,7 @@ use crate::error::{DownstreamError, Error};
 
 /// Cheap handle over the table.
 #[derive(Clone)]
-pub struct Sessions(Arc<Inner>);
+pub struct SessionTable(Arc<Inner>);
 
 struct Inner {
     key: SessionKey,
@@ -40,7 +40,7 @@ struct Inner {
 
 #[derive(Default)]
 struct Table {
-    live: HashMap<Nonce, Arc<Session>>,
+    live: HashMap<Nonce, Arc<DownstreamSession>>,
     ended: Tombstones,
 }
 
@@ -64,12 +64,12 @@ impl Tombstones {
     }
 }
 
-impl Sessions {
+impl SessionTable {
     pub fn new(key: SessionKey, max: usize, idle: Duration) -> Self {
         Self::with_per_principal(key, max, 0, idle)
     }
 
-    /// As [`Sessions::new`], with at most `per_principal` live sessions for each authenticated
+    /// As [`SessionTable::new`], with at most `per_principal` live sessions for each authenticated
     /// principal (0 = no such bound; anonymous callers have none either).
     pub fn with_per_principal(key: SessionKey, max: usize, per_principal: usize, idle: Duration) -> Self {
         Self(Arc::new(Inner { key, max: max.max(1), per_principal, idle, table: Mutex::default(), cluster: None }))
@@ -93,7 +93,7 @@ impl Sessions {
     }
 
     /// Shares `session` (named by `nonce`) when there is a cluster.
-    fn share(&self, session: &Session, nonce: Nonce, fresh: bool) {
+    fn share(&self, session: &DownstreamSession, nonce: Nonce, fresh: bool) {
         if let Some(cluster) = &self.0.cluster {
             session.share(cluster.clone(), nonce, self.keep(), fresh);
         }
@@ -172,16 +172,21 @@ impl Sessions {
 
     /// Starts a session of `owner` for `version`; returns its id. At the bound (after
     /// evicting idle sessions) the answer is 429.
-    pub fn create(&self, version: &str, owner: &Principal) -> Result<(String, Arc<Session>), Error> {
+    pub fn create(&self, version: &str, owner: &Principal) -> Result<(String, Arc<DownstreamSession>), Error> {
         self.create_at(version, owner, Instant::now())
     }
 
-    fn create_at(&self, version: &str, owner: &Principal, now: Instant) -> Result<(String, Arc<Session>), Error> {
+    fn create_at(
+        &self,
+        version: &str,
+        owner: &Principal,
+        now: Instant,
+    ) -> Result<(String, Arc<DownstreamSession>), Error> {
         let (token, verified) = self.0.key.mint(version, owner.id());
         let mut table = self.0.table.lock().expect("sessions");
         self.check_owner(&mut table, owner, now)?;
         self.make_room(&mut table, now)?;
-        let session = Session::new(verified.version, owner.clone(), now);
+        let session = DownstreamSession::new(verified.version, owner.clone(), now);
         self.share(&session, verified.nonce, true);
         table.live.insert(verified.nonce, session.clone());
         Ok((token, session))
@@ -189,11 +194,11 @@ impl Sessions {
 
     /// The session a request of `principal` names, marked active. A forged or ended id, or
     /// another principal's session, is 404.
-    pub fn resolve(&self, token: &str, principal: &Principal) -> Result<Arc<Session>, Error> {
+    pub fn resolve(&self, token: &str, principal: &Principal) -> Result<Arc<DownstreamSession>, Error> {
         self.resolve_at(token, principal, Instant::now())
     }
 
-    fn resolve_at(&self, token: &str, principal: &Principal, now: Instant) -> Result<Arc<Session>, Error> {
+    fn resolve_at(&self, token: &str, principal: &Principal, now: Instant) -> Result<Arc<DownstreamSession>, Error> {
         let verified = self.0.key.verify(token, principal.id()).ok_or(DownstreamError::SessionNotFound)?;
         let mut table = self.0.table.lock().expect("sessions");
         if table.ended.set.contains(&verified.nonce) {
@@ -208,7 +213,7 @@ impl Sessions {
         }
         self.check_owner(&mut table, principal, now)?;
         self.make_room(&mut table, now)?;
-        let session = Session::new(verified.version, principal.clone(), now);
+        let session = DownstreamSession::new(verified.version, principal.clone(), now);
         // Minted by another replica (or before a restart): its record there is restored by
         // the first request.
         self.share(&session, verified.nonce, false);
@@ -310,7 +315,7 @@ mod tests {
 
     #[test]
     fn sessions_per_principal_are_bounded() {
-        let sessions = Sessions::with_per_principal(SessionKey::random(), 100, 2, IDLE);
+        let sessions = SessionTable::with_per_principal(SessionKey::random(), 100, 2, IDLE);
         let (a, b) = (Principal::user("a", &[], &[]), Principal::user("b", &[], &[]));
         let now = Instant::now();
         let (first, _) = sessions.create_at("2025-06-18", &a, now).unwrap();
@@ -329,7 +334,7 @@ mod tests {
 
     #[test]
     fn a_session_belongs_to_its_creator() {
-        let sessions = Sessions::new(SessionKey::random(), 10, IDLE);
+        let sessions = SessionTable::new(SessionKey::random(), 10, IDLE);
         let alice = Principal::user("alice", &[], &[]);
         let (token, _) = sessions.create("2025-11-25", &alice).unwrap();
         assert!(sessions.resolve(&token, &alice).is_ok());
@@ -344,7 +349,7 @@ mod tests {
     fn sessions_are_bounded_and_idle_ones_make_room() {
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
-        let sessions = Sessions::new(SessionKey::random(), 2, IDLE);
+        let sessions = SessionTable::new(SessionKey::random(), 2, IDLE);
         let (a, _) = sessions.create_at("2025-11-25", &anon(), at(0)).unwrap();
         let (b, _) = sessions.create_at("2025-06-18", &anon(), at(30)).unwrap();
         let full = sessions.create_at("2025-11-25", &anon(), at(30)).err().unwrap();
@@ -362,7 +367,7 @@ mod tests {
     fn activity_keeps_a_session_and_the_sweep_evicts_the_quiet() {
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
-        let sessions = Sessions::new(SessionKey::random(), 10, IDLE);
+        let sessions = SessionTable::new(SessionKey::random(), 10, IDLE);
         let (busy, _) = sessions.create_at("2025-11-25", &anon(), at(0)).unwrap();
         let (quiet, _) = sessions.create_at("2025-11-25", &anon(), at(0)).unwrap();
         for s in [40, 80, 120] {
@@ -376,14 +381,14 @@ mod tests {
     #[test]
     fn deleted_and_forged_ids_are_404_and_foreign_valid_ids_are_adopted() {
         let key = SessionKey::derive(b"shared");
-        let here = Sessions::new(key.clone(), 10, IDLE);
+        let here = SessionTable::new(key.clone(), 10, IDLE);
         let (token, _) = here.create("2025-11-25", &anon()).unwrap();
         here.end(&token, &anon()).unwrap();
         assert!(here.resolve(&token, &anon()).is_err());
         assert!(here.end(&token, &anon()).is_err());
         assert!(here.resolve("forged", &anon()).is_err());
         // A replica sharing the secret accepts an id it never minted.
-        let (other, _) = Sessions::new(key, 10, IDLE).create("2025-06-18", &anon()).unwrap();
+        let (other, _) = SessionTable::new(key, 10, IDLE).create("2025-06-18", &anon()).unwrap();
         assert_eq!(here.resolve(&other, &anon()).unwrap().version, "2025-06-18");
     }
 

@@ -16,7 +16,7 @@ use super::{CLOSE, DRAIN};
 use crate::auth::Principal;
 use crate::downstream::framing::Framing;
 use crate::downstream::legacy::stream::{StreamOptions, pump};
-use crate::downstream::legacy::{Legacy, Session, negotiate, rpc_error};
+use crate::downstream::legacy::{DownstreamSession, Legacy, negotiate, rpc_error};
 use crate::downstream::listen::{self, WriteOptions};
 use crate::downstream::progress;
 use crate::downstream::validate::{self, Body};
@@ -46,7 +46,7 @@ pub(super) struct Conn {
     in_flight: Mutex<HashMap<RequestId, InFlight>>,
     next_seq: AtomicU64,
     /// The legacy session, once the client sent `initialize`.
-    session: Mutex<Option<Arc<Session>>>,
+    session: Mutex<Option<Arc<DownstreamSession>>>,
     /// Fires at the end of the connection: listens end with their result.
     finish: CancellationToken,
     /// Request tasks (drained at the end) and long-lived streams (finished at the end).
@@ -63,7 +63,7 @@ struct InFlight {
 /// Where a request goes.
 enum Route {
     Initialize,
-    Legacy(Arc<Session>),
+    Legacy(Arc<DownstreamSession>),
     Modern,
 }
 
@@ -191,8 +191,11 @@ impl Conn {
             .params
             .and_then(|p| RawObject::parse(p).ok())
             .and_then(|p| p.get_str("protocolVersion").map(|v| v.into_owned()));
-        let session =
-            Session::new(negotiate(requested.as_deref()), self.principal.clone(), tokio::time::Instant::now());
+        let session = DownstreamSession::new(
+            negotiate(requested.as_deref()),
+            self.principal.clone(),
+            tokio::time::Instant::now(),
+        );
         let guard = session.open_stream(&self.hub, &self.principal)?;
         let opts = StreamOptions {
             framing: Framing::Lines,
