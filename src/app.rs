@@ -124,7 +124,8 @@ impl Core {
         router.start_reaper(&cancel, &tracker);
         let downstream = CancellationToken::new();
         let ns = router.namespace().clone();
-        let hub = Hub::start(config.hub.clone(), upstreams, ns, cache, &cancel, downstream.clone(), &tracker);
+        let delivery = metrics.delivery();
+        let hub = Hub::start(config.hub.clone(), upstreams, ns, cache, &cancel, downstream.clone(), &tracker, delivery);
         let admin_addr = config.admin.socket_addr().ok().flatten().unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
         let admin = Admin::new(router.clone(), hub.clone(), &config.admin, admin_addr);
         admin.start_sampler(Duration::from_secs(2), cancel.clone(), &tracker);

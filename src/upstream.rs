@@ -27,6 +27,7 @@ use tokio::sync::{Semaphore, broadcast, watch};
 use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 pub use credential::OnBehalf;
 pub use discovery::UpstreamInfo;
@@ -85,6 +86,10 @@ struct Inner {
     /// Live figures for the admin listener.
     stats: stats::Stats,
     metrics: Metrics,
+    /// This upstream's metric handles, resolved once.
+    meter: crate::telemetry::metrics::UpstreamMeter,
+    /// The proxy's task tracker: the legacy GET stream and held calls run on it.
+    tracker: TaskTracker,
 }
 
 enum Transport {
@@ -136,6 +141,7 @@ impl Upstream {
                 Transport::Stdio(stdio::StdioTransport::spawn(spec, cancel.clone(), tracker))
             }
         };
+        let meter = metrics.upstream_meter(&config.name);
         let upstream = Self(Arc::new(Inner {
             in_flight: Arc::new(Semaphore::new(config.max_in_flight)),
             config,
@@ -152,7 +158,9 @@ impl Upstream {
             cancel: cancel.clone(),
             catalog: catalog::Catalog::default(),
             stats: stats::Stats::default(),
+            meter,
             metrics: metrics.clone(),
+            tracker: tracker.clone(),
         }));
         tracker.spawn(discovery::run(upstream.clone(), cancel.clone()));
         Ok(upstream)
@@ -191,6 +199,26 @@ impl Upstream {
             Era::Modern => "modern".into(),
             Era::Unknown => "unknown".into(),
         }
+    }
+
+    /// Its metric handles.
+    pub fn meter(&self) -> &crate::telemetry::metrics::UpstreamMeter {
+        &self.0.meter
+    }
+
+    /// The era as a metric label: `modern`, `legacy` or `unknown`.
+    pub fn era_kind(&self) -> &'static str {
+        match &*self.0.era.borrow() {
+            Era::Legacy(_) => "legacy",
+            Era::Modern => "modern",
+            Era::Unknown => "unknown",
+        }
+    }
+
+    /// Times the proxy reconnected since start: stdio processes restarted, legacy sessions
+    /// initialized again.
+    pub fn reconnects(&self) -> u64 {
+        self.generation().saturating_sub(1) + self.0.sessions.load(Ordering::Relaxed).saturating_sub(1)
     }
 
     /// Whether requests reach it over HTTP (where `Mcp-Param-*` headers exist).
@@ -282,7 +310,8 @@ impl Upstream {
         on: OnBehalf<'_>,
     ) -> Result<Reply, UpstreamError> {
         let started = Instant::now();
-        let result = self.request_inner(method, params, progress, on).await;
+        let span = crate::telemetry::upstream_span(self.name(), method);
+        let result = self.request_inner(method, params, progress, on).instrument(span).await;
         let outcome = match &result {
             Ok(Reply::Result(_)) => "ok",
             Ok(Reply::Error(_)) => "error",
@@ -293,7 +322,8 @@ impl Upstream {
             Err(_) => "failed",
         };
         let took = started.elapsed();
-        self.0.metrics.upstream(self.name(), outcome, took.as_secs_f64());
+        self.0.metrics.upstream(self.name(), outcome);
+        self.0.meter.request_seconds(method, took.as_secs_f64());
         self.0.stats.record(took, result.is_err());
         result
     }
@@ -308,6 +338,9 @@ impl Upstream {
         let timeout = self.0.config.timeout;
         let deadline = Instant::now() + timeout;
         let timed_out = || UpstreamError::Timeout { upstream: self.name().to_owned(), after: timeout };
+        // With trace export, `_meta.traceparent` names this upstream request's span.
+        let traced = crate::telemetry::with_traceparent(params);
+        let params = &*traced;
         let _permit = timeout_at(deadline, self.0.in_flight.acquire())
             .await
             .map_err(|_| timed_out())?
@@ -511,6 +544,7 @@ impl Upstream {
                     relay,
                     legacy::answer_server_request,
                     Some(permit),
+                    &self.0.tracker,
                 );
                 self.next_step(held, method, &translated).await
             }
