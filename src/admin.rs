@@ -29,6 +29,7 @@ use crate::downstream::origin::OriginPolicy;
 use crate::hub::Hub;
 use crate::router::Router;
 use crate::telemetry::Snapshot;
+use crate::telemetry::metrics::UpstreamState;
 
 /// The dashboard: one static page, no build step, no CDN.
 const PAGE: &str = include_str!("admin/page.html");
@@ -216,6 +217,17 @@ pub fn metrics_text(router: &Router, hub: &Hub) -> String {
             .map(|(i, u)| (u.name().to_owned(), cache.watches().len(i) as u64))
             .collect(),
         watch_fallbacks: cache.watches().fallbacks(),
+        cache_by_upstream: (upstreams.iter().enumerate())
+            .map(|(i, u)| (u.name().to_owned(), cache.figures(i)))
+            .collect(),
+        upstreams: (upstreams.iter())
+            .map(|u| UpstreamState {
+                name: u.name().to_owned(),
+                healthy: u.info().is_some(),
+                era: u.era_kind(),
+                reconnects: u.reconnects(),
+            })
+            .collect(),
     };
     router.metrics().render(&snapshot)
 }

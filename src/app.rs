@@ -145,8 +145,9 @@ impl Core {
         router.start_reaper(&cancel, &tracker);
         let downstream = CancellationToken::new();
         let ns = router.namespace().clone();
+        let delivery = metrics.delivery();
         let sources = crate::hub::Sources { upstreams, ns, cache, cluster };
-        let hub = Hub::start(config.hub.clone(), sources, &cancel, downstream.clone(), &tracker);
+        let hub = Hub::start(config.hub.clone(), sources, &cancel, downstream.clone(), &tracker, delivery);
         let admin_addr = config.admin.socket_addr().ok().flatten().unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
         let admin = Admin::new(router.clone(), hub.clone(), &config.admin, admin_addr);
         admin.start_sampler(Duration::from_secs(2), cancel.clone(), &tracker);

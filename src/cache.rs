@@ -5,6 +5,7 @@
 
 mod entry;
 mod epochs;
+mod figures;
 mod flight;
 mod key;
 mod watch;
@@ -16,6 +17,7 @@ use tokio::time::Instant;
 
 pub use entry::{Entry, Stored, splice_ttl};
 pub use epochs::{Epochs, Ticket};
+pub use figures::ScopeFigures;
 pub use flight::{FlightKey, Flights};
 pub use key::{CacheKey, CachedMethod, Owner, Partition, canonical_params, canonical_params_with};
 pub use watch::Watches;
@@ -42,6 +44,8 @@ struct Inner {
     epochs: Epochs,
     /// URIs of cached reads, for the hub's standing listens.
     watches: Arc<Watches>,
+    /// Bytes and evictions per upstream and scope, for the metrics.
+    figures: Arc<figures::Figures>,
 }
 
 /// Reclaims memory of entries past their stale window. Freshness itself is decided at lookup
@@ -59,19 +63,22 @@ impl Cache {
     pub fn new(config: CacheConfig, upstreams: usize) -> Self {
         let watches = Arc::new(Watches::new(upstreams, config.max_watched_uris));
         let released = watches.clone();
+        let figures = Arc::new(figures::Figures::new(upstreams));
+        let counted = figures.clone();
         let store = moka::sync::Cache::builder()
             .max_capacity(config.max_bytes)
             .weigher(|k: &CacheKey, v: &Arc<Entry>| u32::try_from(k.weight() + v.weight()).unwrap_or(u32::MAX))
             .expire_after(Reclaim)
             // Every removal (expiry, eviction, replacement, invalidation) releases the entry's
             // watch; every store took one.
-            .eviction_listener(move |k: Arc<CacheKey>, v: Arc<Entry>, _cause| {
+            .eviction_listener(move |k: Arc<CacheKey>, v: Arc<Entry>, cause: moka::notification::RemovalCause| {
                 if let Some(uri) = &v.watched {
                     released.release(k.upstream, uri);
                 }
+                counted.removed(&k, &v, cause.was_evicted());
             })
             .build();
-        Self(Arc::new(Inner { config, store, epochs: Epochs::new(upstreams), watches }))
+        Self(Arc::new(Inner { config, store, epochs: Epochs::new(upstreams), watches, figures }))
     }
 
     /// The URIs of cached reads that upstream notifications must be able to evict.
@@ -162,6 +169,7 @@ impl Cache {
         if let Some(uri) = watch {
             self.0.watches.retain(key.upstream, uri);
         }
+        self.0.figures.stored(&key, &entry);
         self.0.store.insert(key, Arc::new(entry));
         true
     }
@@ -175,6 +183,13 @@ impl Cache {
     pub fn weighted_size(&self) -> u64 {
         self.0.store.run_pending_tasks();
         self.0.store.weighted_size()
+    }
+
+    /// Bytes held and evictions since start for upstream `index`, per scope (after pending
+    /// maintenance).
+    pub fn figures(&self, index: usize) -> ScopeFigures {
+        self.0.store.run_pending_tasks();
+        self.0.figures.of(index)
     }
 
     /// Number of entries (after pending maintenance).

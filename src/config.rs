@@ -25,7 +25,7 @@ pub use cluster::ClusterConfig;
 pub use hub::HubConfig;
 pub use listen::{ListenConfig, ListenTls};
 pub use load::{ConfigError, ConfigErrors, load, load_without_secrets, parse};
-pub use proxy::{LogConfig, LogFormat, ProxyConfig};
+pub use proxy::{LogConfig, LogFormat, ProxyConfig, TelemetryConfig};
 pub use upstream::{
     CacheScopeDefault, ClientAuth, Credential, DEFAULT_MAX_CACHED_TOKENS, OAuthClient, OnError, ProxyRequests,
     SecretError, SecretSource, Transport, UpstreamConfig,
@@ -59,6 +59,9 @@ pub struct Config {
     /// Replicas sharing state through Redis.
     #[serde(default)]
     pub cluster: ClusterConfig,
+    /// Trace export.
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
     /// The upstream MCP servers, in priority order (first wins on a name conflict).
     #[serde(default, rename = "upstream")]
     pub upstreams: Vec<UpstreamConfig>,

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -57,6 +58,10 @@ struct Inner {
     /// Stand-in for the cluster's role and remote-interest watches on a single replica: solo,
     /// and nobody else's interest.
     solo: (watch::Sender<Role>, watch::Sender<Filter>),
+    /// The proxy's task tracker: listen writers are spawned on it, so shutdown waits for them.
+    tracker: TaskTracker,
+    /// `notification_delivery_seconds`.
+    delivery: Histogram,
 }
 
 #[derive(Default)]
@@ -93,13 +98,15 @@ pub struct Sources {
 impl Hub {
     /// Builds the hub and starts one feed per upstream on `tracker`, stopping on `cancel`.
     /// Downstream listens end (with their result) when `listens_end` fires, which shutdown
-    /// does before it cancels the feeds.
+    /// does before it cancels the feeds. Delivery latency goes to `delivery`.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         config: HubConfig,
         sources: Sources,
         cancel: &CancellationToken,
         listens_end: CancellationToken,
         tracker: &TaskTracker,
+        delivery: Histogram,
     ) -> Self {
         let Sources { upstreams, ns, cache, cluster } = sources;
         let desired = upstreams.iter().map(|_| watch::channel(Filter::default()).0).collect();
@@ -118,6 +125,8 @@ impl Hub {
             active,
             cluster,
             solo: (watch::channel(Role::Solo).0, watch::channel(Filter::default()).0),
+            tracker: tracker.clone(),
+            delivery,
         }));
         for index in 0..hub.0.upstreams.len() {
             tracker.spawn(feed::run(hub.clone(), index, cancel.clone()));
@@ -131,6 +140,17 @@ impl Hub {
     /// The hub's settings.
     pub fn config(&self) -> &HubConfig {
         &self.0.config
+    }
+
+    /// Observes a notification written to its listener `after` its change arrived.
+    pub fn delivered(&self, after: Duration) {
+        self.0.delivery.observe(after.as_secs_f64());
+    }
+
+    /// The task tracker that downstream streams (listens, legacy GET streams, progress
+    /// streams) are spawned on.
+    pub fn tracker(&self) -> &TaskTracker {
+        &self.0.tracker
     }
 
     /// Fires when the proxy shuts down.

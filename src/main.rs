@@ -87,15 +87,17 @@ async fn main() -> Result<()> {
     match cli.command {
         Command::Serve { config } => {
             let config = config::load(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
-            resmux::telemetry::init(&config.log);
+            let telemetry = resmux::telemetry::install(&config.log, &config.telemetry).map_err(anyhow::Error::msg)?;
             let app = App::start(config).await?;
             shutdown_signal().await;
             app.shutdown().await;
+            telemetry.shutdown().await;
         }
         Command::Stdio { config } => {
             let config = config::load(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
-            resmux::telemetry::init(&config.log);
+            let telemetry = resmux::telemetry::install(&config.log, &config.telemetry).map_err(anyhow::Error::msg)?;
             App::stdio(config, tokio::io::stdin(), tokio::io::stdout()).await?;
+            telemetry.shutdown().await;
         }
         Command::Check { config, require_secrets } => {
             let loaded = if require_secrets {

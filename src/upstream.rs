@@ -108,6 +108,10 @@ struct Inner {
     /// Live figures for the admin listener.
     stats: stats::Stats,
     metrics: Metrics,
+    /// This upstream's metric handles, resolved once.
+    meter: crate::telemetry::metrics::UpstreamMeter,
+    /// The proxy's task tracker: the legacy GET stream and held calls run on it.
+    tracker: TaskTracker,
 }
 
 enum Transport {
@@ -156,6 +160,7 @@ impl Upstream {
                 Transport::Stdio(stdio::StdioTransport::spawn(spec, cancel.clone(), tracker))
             }
         };
+        let meter = metrics.upstream_meter(&config.name);
         let upstream = Self(Arc::new(Inner {
             in_flight: Arc::new(Semaphore::new(config.max_in_flight)),
             config,
@@ -172,7 +177,9 @@ impl Upstream {
             cancel: cancel.clone(),
             catalog: catalog::Catalog::default(),
             stats: stats::Stats::default(),
+            meter,
             metrics: metrics.clone(),
+            tracker: tracker.clone(),
         }));
         tracker.spawn(discovery::run(upstream.clone(), cancel.clone()));
         Ok(upstream)
@@ -211,6 +218,27 @@ impl Upstream {
             Era::Modern => "modern".into(),
             Era::Unknown => "unknown".into(),
         }
+    }
+
+    /// Its metric handles.
+    pub fn meter(&self) -> &crate::telemetry::metrics::UpstreamMeter {
+        &self.0.meter
+    }
+
+    /// The era as a metric label: `modern`, `legacy` or `unknown`.
+    pub fn era_kind(&self) -> &'static str {
+        match &*self.0.era.borrow() {
+            Era::Legacy(_) => "legacy",
+            Era::Modern => "modern",
+            Era::Unknown => "unknown",
+        }
+    }
+
+    /// Times the proxy reconnected since start: stdio processes restarted, legacy sessions
+    /// initialized again.
+    pub fn reconnects(&self) -> u64 {
+        self.generation().saturating_sub(1)
+            + self.0.sessions.load(std::sync::atomic::Ordering::Relaxed).saturating_sub(1)
     }
 
     /// Whether requests reach it over HTTP (where `Mcp-Param-*` headers exist).

@@ -50,7 +50,8 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     parse(&text).map_err(|errors| ConfigErrors { file, errors })
 }
 
-const SECTIONS: &[&str] = &["listen", "admin", "auth", "proxy", "cache", "hub", "log", "cluster", "upstream"];
+const SECTIONS: &[&str] =
+    &["listen", "admin", "auth", "proxy", "cache", "hub", "log", "telemetry", "cluster", "upstream"];
 
 /// Like [`load`], but a secret that does not resolve here is not an error: it comes back as
 /// a warning (`resmux check` in CI, where no secrets are set). Everything else is checked.
@@ -95,6 +96,7 @@ pub fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
     section(&table, "hub", &spans, &mut errors, &mut config.hub);
     section(&table, "log", &spans, &mut errors, &mut config.log);
     section(&table, "cluster", &spans, &mut errors, &mut config.cluster);
+    section(&table, "telemetry", &spans, &mut errors, &mut config.telemetry);
     match table.get("upstream") {
         None => {}
         Some(toml::Value::Array(items)) => {

@@ -80,3 +80,45 @@ pub enum LogFormat {
     Text,
     Json,
 }
+
+/// Traces (`[telemetry]`): where to export them over OTLP/HTTP. Needs a resmux built with the
+/// `otel` cargo feature; without it a configured endpoint is a config error.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// The OTLP/HTTP (protobuf) collector, e.g. `http://127.0.0.1:4318`; spans go to its
+    /// `/v1/traces` (unless the URL already names a path). Unset: no export.
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of the exported spans. Default `resmux`.
+    pub service_name: String,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self { otlp_endpoint: None, service_name: "resmux".into() }
+    }
+}
+
+impl TelemetryConfig {
+    /// Problems with these settings, as `(path, message)`.
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let Some(endpoint) = &self.otlp_endpoint else { return out };
+        if !cfg!(feature = "otel") {
+            out.push((
+                "telemetry.otlp_endpoint".into(),
+                "this resmux was built without OpenTelemetry export (the `otel` cargo feature); \
+                 rebuild with `--features otel` or remove the setting"
+                    .into(),
+            ));
+        }
+        match endpoint.parse::<http::Uri>() {
+            Ok(uri) if matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some() => {}
+            _ => out.push(("telemetry.otlp_endpoint".into(), "must be an http:// or https:// URL".into())),
+        }
+        if self.service_name.is_empty() {
+            out.push(("telemetry.service_name".into(), "must not be empty".into()));
+        }
+        out
+    }
+}

@@ -81,6 +81,7 @@ impl Config {
     /// Every rule violation, as `(key path, message)`. Empty means valid.
     pub fn validate(&self) -> Vec<(String, String)> {
         let mut errors = self.cluster.problems(self.proxy.cursor_secret.is_some());
+        errors.extend(self.telemetry.problems());
         let mut err = |path: String, msg: &str| errors.push((path, msg.to_owned()));
         if !self.listen.path.starts_with('/') {
             err("listen.path".into(), "must start with `/`");
@@ -310,5 +311,25 @@ mod tests {
             Some(super::super::ListenTls { cert: "/nonexistent/c.pem".into(), key: "/nonexistent/k.pem".into() });
         let keys: Vec<_> = config.validate().into_iter().map(|(k, _)| k).collect();
         assert_eq!(keys, ["listen.tls.cert", "listen.tls.key"]);
+    }
+
+    #[test]
+    fn an_otlp_endpoint_needs_the_otel_feature_and_an_http_url() {
+        let up = "[[upstream]]\nname = \"a\"\nurl = \"http://x/mcp\"\n";
+        let text = format!("[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\n{up}");
+        match (crate::config::parse(&text), cfg!(feature = "otel")) {
+            (Ok(c), true) => assert_eq!(c.telemetry.otlp_endpoint.as_deref(), Some("http://127.0.0.1:4318")),
+            (Err(errors), false) => {
+                assert_eq!(errors.len(), 1, "{errors:?}");
+                assert_eq!(errors[0].path, "telemetry.otlp_endpoint");
+                assert_eq!(errors[0].line, Some(2));
+                assert!(errors[0].message.contains("built without") && errors[0].message.contains("--features otel"));
+            }
+            (other, _) => panic!("unexpected: {other:?}"),
+        }
+        let bad = crate::config::parse(&format!("[telemetry]\notlp_endpoint = \"grpc://c:4317\"\n{up}")).unwrap_err();
+        assert!(bad.iter().any(|e| e.message.contains("http:// or https://")), "{bad:?}");
+        let unknown = crate::config::parse(&format!("[telemetry]\nsampler = 1\n{up}")).unwrap_err();
+        assert!(unknown[0].message.contains("sampler"), "{unknown:?}");
     }
 }

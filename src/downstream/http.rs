@@ -11,6 +11,7 @@ use bytes::Bytes;
 use http::header::{ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN};
 use http::{HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
+use tracing::Instrument;
 
 use super::legacy::{self, Legacy, SessionTable};
 use super::origin::OriginPolicy;
@@ -91,6 +92,13 @@ impl Endpoint {
         resp
     }
 
+    /// Counts a request refused by a count bound (listeners, sessions, held calls).
+    fn count_limit(&self, e: &crate::error::Error) {
+        if matches!(e, crate::error::Error::Downstream(DownstreamError::LimitReached(_))) {
+            self.0.metrics.rejection(Rejection::Limit);
+        }
+    }
+
     /// The metrics the listener counts its rejections in.
     pub(super) fn telemetry(&self) -> &Metrics {
         &self.0.metrics
@@ -109,6 +117,7 @@ impl Endpoint {
 
     /// 401 or 403 with the `WWW-Authenticate` challenge (RFC 6750 §3, RFC 9728 §5.1).
     fn refuse(&self, e: &crate::auth::AuthError) -> Resp {
+        self.0.metrics.rejection(Rejection::Auth);
         tracing::debug!(error = %e, cause = ?std::error::Error::source(e).map(ToString::to_string), "request refused");
         let (status, challenge) = self.0.auth.challenge(e);
         let text = match e {
@@ -132,12 +141,23 @@ impl Endpoint {
         self.serve_from(req, None).await
     }
 
-    /// Serves one HTTP request from `peer` (anonymous callers are rate-limited by its address).
+    /// Serves one HTTP request from `peer` (anonymous callers are rate-limited by its address),
+    /// in its own `request` span (see [`crate::telemetry::request_span`]).
     pub async fn serve_from<B>(&self, req: Request<B>, peer: Option<std::net::IpAddr>) -> Resp
     where
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
+        let (span, traced) = crate::telemetry::request_span(req.headers());
+        self.serve_in_span(req, peer, traced).instrument(span).await
+    }
+
+    async fn serve_in_span<B>(&self, req: Request<B>, peer: Option<std::net::IpAddr>, traced: bool) -> Resp
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let started = std::time::Instant::now();
         if req.uri().path().starts_with(crate::auth::WELL_KNOWN)
             && req.method() == Method::GET
             && let Some(doc) = self.0.auth.metadata_document(req.uri().path(), &self.0.path)
@@ -161,11 +181,13 @@ impl Endpoint {
         if let Some(host) = authority
             && !self.0.policy.host_allowed(&host)
         {
+            self.0.metrics.rejection(Rejection::Host);
             return respond::error(None, DownstreamError::HostNotAllowed.into());
         }
         if let Some(origin) = req.headers().get(ORIGIN)
             && !origin.to_str().is_ok_and(|o| self.0.policy.origin_allowed(o))
         {
+            self.0.metrics.rejection(Rejection::Origin);
             return respond::error(None, DownstreamError::OriginNotAllowed.into());
         }
         // Every request authenticates on its own (no handshake to lean on); the header is
@@ -174,6 +196,7 @@ impl Endpoint {
             Ok(p) => p,
             Err(e) => return self.refuse(&e),
         };
+        crate::telemetry::record_principal(&principal);
         // The rate is per principal, so it is checked once the principal is known; a refused
         // credential costs no bucket (and the authenticator's own work bounds that path).
         if let Err(wait) = self.0.rate.check(&principal, peer) {
@@ -201,7 +224,10 @@ impl Endpoint {
         }
         let declared =
             req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-        let too_large = || respond::error(None, DownstreamError::BodyTooLarge { limit: self.0.max_body }.into());
+        let too_large = || {
+            self.0.metrics.rejection(Rejection::BodyTooLarge);
+            respond::error(None, DownstreamError::BodyTooLarge { limit: self.0.max_body }.into())
+        };
         if declared.is_some_and(|n| n > self.0.max_body as u64) {
             return too_large();
         }
@@ -232,6 +258,7 @@ impl Endpoint {
         // first keeps the modern hot path to one parse of the params.
         let maybe_legacy = msg.method() == legacy_method::INITIALIZE || parts.headers.contains_key(mcp::H_SESSION_ID);
         if maybe_legacy && !validate::is_modern(&msg) {
+            crate::telemetry::record_method(msg.method());
             if msg.kind == Kind::Request && msg.method() == legacy_method::INITIALIZE {
                 return legacy::http::initialize(&self.0.legacy, &self.0.sessions, &msg, &principal).await;
             }
@@ -245,22 +272,27 @@ impl Endpoint {
             Ok(Body::Request(c)) => c,
             Err(r) => return respond::rejected(r),
         };
+        crate::telemetry::record_method(checked.method);
+        crate::telemetry::continue_trace(&checked.meta, traced);
         if super::progress::wanted(checked.method, &checked.meta) {
-            self.0.metrics.downstream(checked.method, "stream");
-            return super::progress::serve_http(self.0.router.clone(), body.clone(), principal);
+            self.0.metrics.downstream(checked.method, "stream", started.elapsed().as_secs_f64());
+            return super::progress::serve_http(self.0.router.clone(), self.0.hub.tracker(), body.clone(), principal);
         }
         if checked.method == crate::mcp::method::LISTEN {
-            return super::listen::open(&self.0.hub, &checked.id, &checked.params, &principal)
-                .unwrap_or_else(|e| respond::error(Some(&checked.id), e));
+            return super::listen::open(&self.0.hub, &checked.id, &checked.params, &principal).unwrap_or_else(|e| {
+                self.count_limit(&e);
+                respond::error(Some(&checked.id), e)
+            });
         }
         let call = Call::new(checked.method, checked.params, checked.meta, &principal);
         match self.0.router.handle(&call).await {
             Ok(answer) => {
-                self.0.metrics.downstream(checked.method, answer.cache.as_str());
+                self.0.metrics.downstream(checked.method, answer.cache.as_str(), started.elapsed().as_secs_f64());
                 respond::answer(&checked.id, answer)
             }
             Err(e) => {
-                self.0.metrics.downstream(checked.method, "error");
+                self.0.metrics.downstream(checked.method, "error", started.elapsed().as_secs_f64());
+                self.count_limit(&e);
                 if e.side() != crate::error::Side::Downstream {
                     tracing::warn!(method = checked.method, error = %e, "request failed");
                 }

@@ -40,7 +40,7 @@ pub fn open(hub: &Hub, id: &RequestId, params: &RawObject<'_>, principal: &Princ
         finish: hub.shutdown_token().clone(),
         slow: hub.config().slow_listener_timeout,
     };
-    tokio::spawn(write(hub.clone(), subscription, tx, opts));
+    hub.tracker().spawn(write(hub.clone(), subscription, tx, opts));
     Ok(sse_response(rx))
 }
 
@@ -110,10 +110,16 @@ pub(super) async fn write(hub: Hub, sub: Subscription, tx: mpsc::Sender<Bytes>, 
             }
             _ = tx.closed() => return,
             _ = sub.listener.woken() => {
-                for change in sub.listener.take() {
+                let (changes, since) = sub.listener.take_timed();
+                for change in changes {
                     if !send(framing.frame(&notification(&sid, &change))).await {
                         tracing::info!(listener = sub.listener.id, "closing a listener that stopped reading");
                         return;
+                    }
+                    // From the receipt of the oldest change of this batch (an upper bound
+                    // for the others, which coalesced behind it).
+                    if let Some(at) = since {
+                        hub.delivered(at.elapsed());
                     }
                 }
             }

@@ -39,6 +39,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use super::Endpoint;
 use super::watch::{Expired, Tracked, Watch, Watched};
@@ -95,6 +97,15 @@ pub async fn serve(
 ) {
     let tls = tls.map(TlsAcceptor::from);
     let graceful = GracefulShutdown::new();
+    // Connection tasks (and refused connections' lingering) belong to this tracker, which
+    // this task waits for before it ends: the listener's task stands for its whole tree.
+    let tasks = TaskTracker::new();
+    // Fired when the drain runs out: connections still open are dropped (closed) then.
+    let force = CancellationToken::new();
+    let local = listener.local_addr().ok();
+    // One span for the listener, one per connection under it, one per request under that (in
+    // `Endpoint::serve_from`): the shape of linkerd2-proxy's server stack.
+    let listener_span = tracing::info_span!("serve", listener = "mcp", addr = ?local, tls = tls.is_some());
     let metrics = endpoint.telemetry().clone();
     // Each connection holds a permit; at the bound, accepting pauses (the kernel backlog holds
     // further connections) instead of failing them. Idle connections give theirs back after
@@ -133,10 +144,11 @@ pub async fn serve(
             drop(permit);
             metrics.rejection(Rejection::PerIp);
             tracing::debug!(%peer, "refused: max_connections_per_ip");
-            refuse(stream, refusal.clone(), &lingering);
+            refuse(stream, refusal.clone(), &lingering, &tasks);
             continue;
         };
         let _ = stream.set_nodelay(true);
+        let span = tracing::info_span!(parent: &listener_span, "conn", peer = %peer);
         let watch = Watch::new(limits.header_timeout, limits.idle_timeout);
         let endpoint = endpoint.clone();
         let service = service_fn({
@@ -151,39 +163,51 @@ pub async fn serve(
                 }
             }
         });
-        let held = Held { permit, slot, peer, watch: watch.clone(), metrics: metrics.clone() };
+        let held = Held { permit, slot, peer, watch: watch.clone(), metrics: metrics.clone(), force: force.clone() };
         if let Some(acceptor) = &tls {
             let (acceptor, watcher, cancel) = (acceptor.clone(), graceful.watcher(), cancel.clone());
             let (http1, auto, http2) = (http1.clone(), auto.clone(), limits.http2);
-            tokio::spawn(async move {
-                let stream = tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    r = tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)) => match r {
-                        Ok(Ok(s)) => s,
-                        Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                        Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
-                    },
-                };
-                let io = TokioIo::new(Watched::new(stream, watch));
-                if http2 {
-                    run_connection(watcher.watch(auto.serve_connection(io, service).into_owned()), held).await;
-                } else {
-                    run_connection(watcher.watch(http1.serve_connection(io, service)), held).await;
+            tasks.spawn(
+                async move {
+                    let stream = tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        r = tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)) => match r {
+                            Ok(Ok(s)) => s,
+                            Ok(Err(e)) => return tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                            Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+                        },
+                    };
+                    let io = TokioIo::new(Watched::new(stream, watch));
+                    if http2 {
+                        run_connection(watcher.watch(auto.serve_connection(io, service).into_owned()), held).await;
+                    } else {
+                        run_connection(watcher.watch(http1.serve_connection(io, service)), held).await;
+                    }
                 }
-            });
+                .instrument(span),
+            );
             continue;
         }
         let io = TokioIo::new(Watched::new(stream, watch));
         if limits.http2 {
-            tokio::spawn(run_connection(graceful.watch(auto.serve_connection(io, service).into_owned()), held));
+            tasks.spawn(
+                run_connection(graceful.watch(auto.serve_connection(io, service).into_owned()), held).instrument(span),
+            );
         } else {
-            tokio::spawn(run_connection(graceful.watch(http1.serve_connection(io, service)), held));
+            tasks.spawn(run_connection(graceful.watch(http1.serve_connection(io, service)), held).instrument(span));
         }
     }
     drop(listener);
     tokio::select! {
         _ = graceful.shutdown() => {}
         _ = tokio::time::sleep(drain) => tracing::warn!("forcing shutdown with connections still open"),
+    }
+    // Connections still open after the drain are dropped; what remains is lingering
+    // refusals, bounded by `REFUSE_LINGER`.
+    force.cancel();
+    tasks.close();
+    if tokio::time::timeout(HANDSHAKE, tasks.wait()).await.is_err() {
+        tracing::warn!(open = tasks.len(), "downstream connection tasks outlived the drain");
     }
 }
 
@@ -194,6 +218,8 @@ struct Held {
     peer: SocketAddr,
     watch: Arc<Watch>,
     metrics: Metrics,
+    /// Fires when the drain is over: the connection is dropped.
+    force: CancellationToken,
 }
 
 /// Runs one connection to its end (or until its watch expires, which drops it and so closes
@@ -204,7 +230,7 @@ where
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     {
-        let Held { permit, slot, peer, watch, metrics } = held;
+        let Held { permit, slot, peer, watch, metrics, force } = held;
         tokio::select! {
             r = conn => if let Err(e) = r {
                 let e = e.into();
@@ -222,6 +248,7 @@ where
                 }
                 tracing::debug!(%peer, ?why, "downstream connection timed out");
             }
+            _ = force.cancelled() => tracing::debug!(%peer, "downstream connection closed at the end of the drain"),
         }
         drop((permit, slot));
     }
@@ -251,10 +278,10 @@ fn refusal() -> Bytes {
 /// half-closed and drained for at most [`REFUSE_LINGER`], so that closing it with the request
 /// unread does not reset the 429 away; at most [`MAX_LINGERING`] drain at once, beyond that the
 /// socket is closed at once.
-fn refuse(stream: TcpStream, answer: Bytes, lingering: &Arc<Semaphore>) {
+fn refuse(stream: TcpStream, answer: Bytes, lingering: &Arc<Semaphore>, tasks: &TaskTracker) {
     let _ = stream.try_write(&answer);
     let Ok(permit) = lingering.clone().try_acquire_owned() else { return };
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         let mut stream = stream;
         let _ = stream.shutdown().await;
         let mut sink = [0u8; 512];

@@ -68,24 +68,34 @@ pub(super) fn encode_answer(id: &RequestId, answer: Result<Answer, crate::error:
 /// Serves a validated HTTP request that asked for progress: an SSE response, fed by a task
 /// that owns the request (`body`, parsed again there: the borrowed parse of the caller cannot
 /// outlive it). The task ends with the response, or early when the client goes away.
-pub(super) fn serve_http(router: Router, body: Bytes, principal: Principal) -> http::Response<RespBody> {
+pub(super) fn serve_http(
+    router: Router,
+    tracker: &tokio_util::task::TaskTracker,
+    body: Bytes,
+    principal: Principal,
+) -> http::Response<RespBody> {
     let (tx, rx) = mpsc::channel::<Bytes>(PENDING);
-    tokio::spawn(async move {
-        let Ok(text) = std::str::from_utf8(&body) else { return };
-        let Ok(msg) = Incoming::parse(text) else { return };
-        let Ok(Body::Request(checked)) = validate::check_body(&msg) else { return };
-        let (progress, progress_rx) = channel();
-        let mut call = Call::new(checked.method, checked.params, checked.meta, &principal);
-        call.progress = Some(progress);
-        let handled = router.handle(&call);
-        let answer = relay(handled, progress_rx, |message| {
-            let tx = tx.clone();
-            async move {
-                let _ = tx.send(Framing::Sse.frame(&message)).await;
-            }
-        })
-        .await;
-        let _ = tx.send(Framing::Sse.frame(&encode_answer(&checked.id, answer))).await;
-    });
+    // In the request's span: the task is the request.
+    let span = tracing::Span::current();
+    tracker.spawn(tracing::Instrument::instrument(
+        async move {
+            let Ok(text) = std::str::from_utf8(&body) else { return };
+            let Ok(msg) = Incoming::parse(text) else { return };
+            let Ok(Body::Request(checked)) = validate::check_body(&msg) else { return };
+            let (progress, progress_rx) = channel();
+            let mut call = Call::new(checked.method, checked.params, checked.meta, &principal);
+            call.progress = Some(progress);
+            let handled = router.handle(&call);
+            let answer = relay(handled, progress_rx, |message| {
+                let tx = tx.clone();
+                async move {
+                    let _ = tx.send(Framing::Sse.frame(&message)).await;
+                }
+            })
+            .await;
+            let _ = tx.send(Framing::Sse.frame(&encode_answer(&checked.id, answer))).await;
+        },
+        span,
+    ));
     sse_response(rx)
 }

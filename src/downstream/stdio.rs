@@ -26,6 +26,7 @@ use futures_util::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+use tracing::Instrument;
 
 use crate::hub::Hub;
 use crate::router::Router;
@@ -44,6 +45,16 @@ const CLOSE: Duration = Duration::from_secs(2);
 /// Serves one client on `input`/`output` until `input` ends: lines of at most `max_line`
 /// bytes, JSON nested at most `max_depth` deep.
 pub async fn serve<R, W>(router: Router, hub: Hub, max_line: usize, max_depth: usize, input: R, output: W)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    // The one connection's span; each request's span is its child.
+    let span = tracing::info_span!("conn", listener = "stdio");
+    serve_conn(router, hub, max_line, max_depth, input, output).instrument(span).await
+}
+
+async fn serve_conn<R, W>(router: Router, hub: Hub, max_line: usize, max_depth: usize, input: R, output: W)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,

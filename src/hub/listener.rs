@@ -28,6 +28,8 @@ pub struct Pending {
     order: Vec<Arc<str>>,
     seen: HashSet<Arc<str>>,
     lists: [bool; 3],
+    /// When the oldest change still pending was queued (its receipt from the upstream).
+    since: Option<std::time::Instant>,
 }
 
 impl Pending {
@@ -37,6 +39,7 @@ impl Pending {
     }
 
     fn push(&mut self, change: &Notice) {
+        self.since.get_or_insert_with(std::time::Instant::now);
         match change {
             Notice::Uri(uri) => {
                 if self.seen.insert(uri.clone()) {
@@ -55,6 +58,7 @@ impl Pending {
             .map(Notice::List)
             .collect();
         self.seen.clear();
+        self.since = None;
         out.extend(self.order.drain(..).map(Notice::Uri));
         out
     }
@@ -97,6 +101,13 @@ impl Listener {
     /// Takes everything pending.
     pub fn take(&self) -> Vec<Notice> {
         self.pending.lock().expect("pending lock").take()
+    }
+
+    /// Takes everything pending, with when the oldest of it was queued.
+    pub fn take_timed(&self) -> (Vec<Notice>, Option<std::time::Instant>) {
+        let mut pending = self.pending.lock().expect("pending lock");
+        let since = pending.since;
+        (pending.take(), since)
     }
 
     /// Changes waiting now.

@@ -14,6 +14,7 @@ use crate::cache::{
 use crate::cluster::SharedValue;
 use crate::error::Error;
 use crate::jsonrpc::{RawObject, RpcError};
+use crate::telemetry;
 
 /// An answer from one upstream, as the router works with it.
 #[derive(Debug, Clone)]
@@ -112,30 +113,45 @@ impl Router {
     {
         let upstream = &self.0.upstreams[key.upstream as usize];
         if !self.0.cache.enabled() || !upstream.config().cache || is_mrtr_retry(&call.params) {
+            telemetry::record_cache("bypass");
             return Ok(Served::fresh(fetch().await?, CacheStatus::Bypass));
         }
         let owner = call.owner();
         let principal = &owner;
         let stale = match self.0.cache.lookup(&mut key, principal) {
-            Lookup::Fresh(entry) => return Ok(Served::from_entry(&entry, CacheStatus::Hit)),
+            Lookup::Fresh(entry) => {
+                upstream.meter().cache_hit(entry.public);
+                telemetry::record_cache("hit");
+                return Ok(Served::from_entry(&entry, CacheStatus::Hit));
+            }
             Lookup::Stale(entry) => Some(entry),
             Lookup::Miss => None,
         };
         key.partition = Partition::Public;
-        let (mut outcome, _) = self.0.flights.run(key.clone(), || self.lead(&key, uri, principal, &fetch)).await;
+        let (mut outcome, mut led) = self.0.flights.run(key.clone(), || self.lead(&key, uri, principal, &fetch)).await;
         // A private outcome belongs to the leader's owner alone: fetch our own.
         if let Ok(shared) = &outcome
             && !shared.0.public
             && shared.1 != *principal
         {
             key.partition = Partition::Private(principal.clone());
-            outcome = self.0.flights.run(key.clone(), || self.lead(&key, uri, principal, &fetch)).await.0;
+            (outcome, led) = self.0.flights.run(key.clone(), || self.lead(&key, uri, principal, &fetch)).await;
         }
         match outcome {
-            Ok(shared) => Ok(shared.0.clone()),
+            Ok(shared) => {
+                if led {
+                    upstream.meter().cache_miss(shared.0.public);
+                } else {
+                    upstream.meter().flight_joined();
+                }
+                telemetry::record_cache(if led { "miss" } else { "joined" });
+                Ok(shared.0.clone())
+            }
             Err(Error::Upstream(e)) if stale.is_some() => {
                 let entry = stale.expect("checked");
                 tracing::info!(upstream = %upstream.name(), error = %e, "serving stale entry after refetch failure");
+                upstream.meter().cache_stale(entry.public);
+                telemetry::record_cache("stale");
                 Ok(Served::from_entry(&entry, CacheStatus::Stale))
             }
             Err(e) => Err(e),

@@ -39,10 +39,10 @@ impl<'a> Call<'a> {
     /// An authenticated caller owns its own partition. For an anonymous caller (auth off),
     /// the owner is a digest of the request's canonical `_meta` (top-level keys sorted,
     /// values as sent) minus what the proxy rewrites before the upstream sees it
-    /// (`progressToken`, the protocol version). Why this is safe: the upstream sees only the
-    /// proxy's own credential and the request bytes, and the cache key already holds the
-    /// canonical params, so the `_meta` is the only part of the request the upstream could
-    /// personalise on; two requests whose keys and owners are equal reach it as identical
+    /// (`progressToken`, the protocol version, an exported trace's `traceparent`). Why this is
+    /// safe: the upstream sees only the proxy's own credential and the request bytes, and the
+    /// cache key already holds the canonical params, so the `_meta` is the only part of the
+    /// request the upstream could personalise on; two requests whose keys and owners are equal reach it as identical
     /// bytes, which it cannot tell apart. Callers whose `_meta` differs in anything (for
     /// example `clientInfo`) never share a private entry.
     pub fn owner(&self) -> Owner {
@@ -52,7 +52,7 @@ impl<'a> Call<'a> {
         let mut entries: Vec<(&str, &str)> = self
             .meta
             .iter()
-            .filter(|(k, _)| *k != "progressToken" && *k != mcp::META_PROTOCOL_VERSION)
+            .filter(|(k, _)| *k != "progressToken" && *k != mcp::META_PROTOCOL_VERSION && !rewritten_trace(k))
             .map(|(k, v)| (k, v.get()))
             .collect();
         entries.sort_unstable();
@@ -90,6 +90,13 @@ impl<'a> Call<'a> {
         edit(&mut params);
         params.to_vec()
     }
+}
+
+/// Whether `_meta` key `k` is the trace context the proxy replaces with its own before the
+/// upstream sees it (with trace export, the `otel` feature): like the protocol version, it
+/// tells no anonymous callers apart.
+fn rewritten_trace(k: &str) -> bool {
+    cfg!(feature = "otel") && k == "traceparent"
 }
 
 /// How the cache took part in an answer (the `resmux-cache` response header).

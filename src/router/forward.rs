@@ -34,6 +34,7 @@ impl Router {
         let candidates: Vec<usize> =
             candidates.iter().copied().filter(|&i| self.allowed(call, i, Kind::Uri, upstream_uri)).collect();
         for (n, &index) in candidates.iter().enumerate() {
+            crate::telemetry::record_upstream(self.0.upstreams[index].name());
             let key = self.cache_key(call, index, CachedMethod::ResourcesRead, "uri", Some(upstream_uri));
             let served = self
                 .through_cache(call, key, Some(upstream_uri), || self.fetch_read(call, index, upstream_uri))
@@ -93,6 +94,7 @@ impl Router {
         };
         let (index, target) = self.owner(kind, &route).await;
         let upstream = &self.0.upstreams[index];
+        crate::telemetry::record_upstream(upstream.name());
         if self.restricted(index) {
             // Forbidden and absent look alike: on an upstream with rules the proxy answers
             // both itself, with the answer a name no upstream serves gets.
@@ -185,6 +187,7 @@ impl Router {
         let mut last = None;
         for (n, &index) in candidates.iter().enumerate() {
             let upstream = &self.0.upstreams[index];
+            crate::telemetry::record_upstream(upstream.name());
             let params = call.upstream_params(upstream, |p| set(p, value));
             let reply = upstream.request_with(call.method, &params, None, OnBehalf::Caller(call.principal)).await?;
             let more = n + 1 < candidates.len();

@@ -20,7 +20,7 @@ pub struct Recorded {
     pub method: Option<String>,
     /// The protocol headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`,
     /// `Mcp-Session-Id` and every `Mcp-Param-*`) and the credential headers (`Authorization`,
-    /// `Cookie`, and any `X-*`), lowercased names, in arrival order.
+    /// `Cookie`, and any `X-*`) and W3C `traceparent`, lowercased names, in arrival order.
     pub headers: Vec<(String, String)>,
     /// `params` as sent (`Null` when absent or unreadable).
     pub params: Value,
@@ -76,6 +76,7 @@ impl Recorder {
                     || k.starts_with(mcp::H_PARAM_PREFIX)
                     || k == "authorization"
                     || k == "cookie"
+                    || k == "traceparent"
                     || k.starts_with("x-")
             })
             .map(|(k, v)| (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))

@@ -32,6 +32,55 @@ struct Reason {
     reason: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ByMethod {
+    method: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamMethod {
+    upstream: String,
+    method: &'static str,
+}
+
+/// A cache series: its upstream and the partition, `public` or `private`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Scoped {
+    upstream: String,
+    scope: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EraLabel {
+    upstream: String,
+    /// `modern`, `legacy` or `unknown`.
+    era: &'static str,
+}
+
+/// Partition label values, indexed by [`scope_index`].
+const SCOPES: [&str; 2] = ["public", "private"];
+
+fn scope_index(public: bool) -> usize {
+    if public { 0 } else { 1 }
+}
+
+/// Downstream outcome label values, indexed by [`outcome_index`]; slot 0 of
+/// [`Inner::totals`] is the sum, so a slot here is one more there.
+const OUTCOMES: [&str; 6] = ["hit", "miss", "stale", "bypass", "error", "stream"];
+
+fn outcome_index(outcome: &str) -> usize {
+    OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(4)
+}
+
+/// The slot of a method label: its place in [`KNOWN`], or the last one (`other`).
+fn method_index(method: &str) -> usize {
+    KNOWN.iter().position(|m| *m == method).unwrap_or(KNOWN.len())
+}
+
+fn method_label(index: usize) -> &'static str {
+    KNOWN.get(index).copied().unwrap_or("other")
+}
+
 /// Why a downstream connection or request was refused by a transport limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rejection {
@@ -45,11 +94,31 @@ pub enum Rejection {
     PerIp,
     /// A request over `[listen] requests_per_second` for its principal.
     Rate,
+    /// A request without valid credentials, or without the scope it needs (401/403).
+    Auth,
+    /// A request whose `Origin` is not allowed.
+    Origin,
+    /// A request whose `Host` is not allowed (DNS rebinding).
+    Host,
+    /// A request body over `[listen] max_body_bytes`.
+    BodyTooLarge,
+    /// A request refused by a count bound: listeners, legacy sessions, held calls.
+    Limit,
 }
 
 impl Rejection {
-    pub const ALL: [Rejection; 5] =
-        [Self::HeaderTimeout, Self::BodyTimeout, Self::HeaderTooLarge, Self::PerIp, Self::Rate];
+    pub const ALL: [Rejection; 10] = [
+        Self::HeaderTimeout,
+        Self::BodyTimeout,
+        Self::HeaderTooLarge,
+        Self::PerIp,
+        Self::Rate,
+        Self::Auth,
+        Self::Origin,
+        Self::Host,
+        Self::BodyTooLarge,
+        Self::Limit,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -58,6 +127,11 @@ impl Rejection {
             Self::HeaderTooLarge => "header_too_large",
             Self::PerIp => "per_ip",
             Self::Rate => "rate",
+            Self::Auth => "auth",
+            Self::Origin => "origin",
+            Self::Host => "host",
+            Self::BodyTooLarge => "body_too_large",
+            Self::Limit => "limit",
         }
     }
 }
@@ -72,15 +146,26 @@ fn latency() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 18))
 }
 
+fn delivery() -> Histogram {
+    // 50 µs .. ~1.6 s: a change is written as soon as its listener's task runs.
+    Histogram::new(exponential_buckets(0.00005, 2.0, 16))
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
 /// The proxy's metrics. Cheap to clone.
 #[derive(Clone)]
 pub struct Metrics(Arc<Inner>);
 
 struct Inner {
     registry: Registry,
-    downstream: Family<Downstream, Counter>,
+    /// `downstream_requests`, resolved ahead per method slot and outcome: the hit path
+    /// increments a counter it indexes, with no label set built or hashed.
+    downstream: Vec<[Counter; OUTCOMES.len()]>,
+    /// `downstream_request_seconds`, per method slot.
+    downstream_seconds: Vec<Histogram>,
     upstream: Family<Upstream, Counter>,
-    upstream_seconds: Family<Named, Histogram, fn() -> Histogram>,
+    upstream_seconds: Histograms<UpstreamMethod>,
     list_skips: Family<Named, Counter>,
     cache_bytes: Gauge,
     cache_entries: Gauge,
@@ -93,6 +178,66 @@ struct Inner {
     totals: [std::sync::atomic::AtomicU64; 6],
     rejections: Family<Reason, Counter>,
     idle_closed: Counter,
+    cache_hits: Family<Scoped, Counter>,
+    cache_misses: Family<Scoped, Counter>,
+    cache_stale: Family<Scoped, Counter>,
+    cache_evictions: Family<Scoped, Counter>,
+    cache_upstream_bytes: Family<Scoped, Gauge>,
+    flight_joins: Family<Named, Counter>,
+    delivery_seconds: Histogram,
+    upstream_healthy: Family<Named, Gauge>,
+    upstream_era: Family<EraLabel, Gauge>,
+    upstream_reconnects: Family<Named, Counter>,
+}
+
+/// One upstream's metric handles, resolved when the upstream starts: the request path
+/// increments them without building a label set.
+#[derive(Clone)]
+pub struct UpstreamMeter {
+    /// Per scope (see [`SCOPES`]).
+    hits: [Counter; 2],
+    misses: [Counter; 2],
+    stale: [Counter; 2],
+    joins: Counter,
+    /// `upstream_request_seconds` per method slot.
+    seconds: Vec<Histogram>,
+}
+
+impl UpstreamMeter {
+    /// A fresh cache hit in the `public` or private partition.
+    pub fn cache_hit(&self, public: bool) {
+        self.hits[scope_index(public)].inc();
+    }
+
+    /// A miss, fetched from the upstream; its scope is that of the answer.
+    pub fn cache_miss(&self, public: bool) {
+        self.misses[scope_index(public)].inc();
+    }
+
+    /// A stale entry served after a failed refetch.
+    pub fn cache_stale(&self, public: bool) {
+        self.stale[scope_index(public)].inc();
+    }
+
+    /// A miss that joined another caller's flight instead of fetching.
+    pub fn flight_joined(&self) {
+        self.joins.inc();
+    }
+
+    /// Latency of one request to the upstream.
+    pub fn request_seconds(&self, method: &str, seconds: f64) {
+        self.seconds[method_index(method)].observe(seconds);
+    }
+}
+
+/// One upstream's state read at scrape time.
+pub struct UpstreamState {
+    pub name: String,
+    pub healthy: bool,
+    /// `modern`, `legacy` or `unknown`.
+    pub era: &'static str,
+    /// Reconnects since start (stdio restarts, legacy re-initializations).
+    pub reconnects: u64,
 }
 
 /// Values read at scrape time.
@@ -106,6 +251,9 @@ pub struct Snapshot {
     pub watched_uris: Vec<(String, u64)>,
     /// Cached reads left to TTL-only invalidation at the `max_watched_uris` bound, since start.
     pub watch_fallbacks: u64,
+    /// Per upstream: cached bytes and evictions since start, per scope (public, private).
+    pub cache_by_upstream: Vec<(String, crate::cache::ScopeFigures)>,
+    pub upstreams: Vec<UpstreamState>,
 }
 
 impl Default for Metrics {
@@ -117,9 +265,20 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("resmux");
-        let downstream = Family::<Downstream, Counter>::default();
+        let downstream_family = Family::<Downstream, Counter>::default();
+        let seconds_family = Histograms::<ByMethod>::new_with_constructor(latency);
+        let methods = KNOWN.len() + 1;
+        let downstream = (0..methods)
+            .map(|m| {
+                OUTCOMES.map(|outcome| {
+                    downstream_family.get_or_create_owned(&Downstream { method: method_label(m), outcome })
+                })
+            })
+            .collect();
+        let downstream_seconds =
+            (0..methods).map(|m| seconds_family.get_or_create_owned(&ByMethod { method: method_label(m) })).collect();
         let upstream = Family::<Upstream, Counter>::default();
-        let upstream_seconds = Family::<Named, Histogram, fn() -> Histogram>::new_with_constructor(latency);
+        let upstream_seconds = Histograms::<UpstreamMethod>::new_with_constructor(latency);
         let list_skips = Family::<Named, Counter>::default();
         let (cache_bytes, cache_entries, listeners) = (Gauge::default(), Gauge::default(), Gauge::default());
         let upstream_listens = Family::<Named, Gauge>::default();
@@ -131,41 +290,10 @@ impl Metrics {
             let _ = rejections.get_or_create(&Reason { reason: r.as_str() });
         }
         let idle_closed = Counter::default();
-        registry.register(
-            "downstream_requests",
-            "Downstream requests answered, by method and outcome",
-            downstream.clone(),
-        );
-        registry.register("upstream_requests", "Requests sent upstream, by upstream and outcome", upstream.clone());
-        registry.register("upstream_request_seconds", "Upstream request latency", upstream_seconds.clone());
-        registry.register("list_pages_skipped", "Upstream list pages skipped under fail_open", list_skips.clone());
-        registry.register("cache_bytes", "Weighted size of the cache", cache_bytes.clone());
-        registry.register("cache_entries", "Entries in the cache", cache_entries.clone());
-        registry.register("hub_listeners", "Downstream listens open", listeners.clone());
-        registry.register("upstream_listens_opened", "Upstream listens opened", upstream_listens.clone());
-        registry.register(
-            "cache_watched_uris",
-            "URIs of cached reads kept in the upstream's standing listen",
-            watched_uris.clone(),
-        );
-        registry.register(
-            "cache_watch_fallbacks",
-            "Cached reads left to TTL-only invalidation at the max_watched_uris bound",
-            watch_fallbacks.clone(),
-        );
-        registry.register(
-            "downstream_rejections",
-            "Downstream connections or requests refused by a transport limit, by reason",
-            rejections.clone(),
-        );
-        registry.register(
-            "downstream_idle_closed",
-            "Downstream connections closed after idle_timeout with no request in flight",
-            idle_closed.clone(),
-        );
-        Self(Arc::new(Inner {
-            registry,
+        let inner = Inner {
+            registry: Registry::default(),
             downstream,
+            downstream_seconds,
             upstream,
             upstream_seconds,
             list_skips,
@@ -178,32 +306,125 @@ impl Metrics {
             totals: Default::default(),
             rejections,
             idle_closed,
-        }))
+            cache_hits: Family::default(),
+            cache_misses: Family::default(),
+            cache_stale: Family::default(),
+            cache_evictions: Family::default(),
+            cache_upstream_bytes: Family::default(),
+            flight_joins: Family::default(),
+            delivery_seconds: delivery(),
+            upstream_healthy: Family::default(),
+            upstream_era: Family::default(),
+            upstream_reconnects: Family::default(),
+        };
+        let r = &mut registry;
+        r.register("downstream_requests", "Downstream requests answered, by method and outcome", downstream_family);
+        r.register("downstream_request_seconds", "Downstream request latency, by method", seconds_family);
+        r.register("upstream_requests", "Requests sent upstream, by upstream and outcome", inner.upstream.clone());
+        r.register(
+            "upstream_request_seconds",
+            "Upstream request latency, by upstream and method",
+            inner.upstream_seconds.clone(),
+        );
+        r.register("list_pages_skipped", "Upstream list pages skipped under fail_open", inner.list_skips.clone());
+        r.register("cache_bytes", "Weighted size of the cache", inner.cache_bytes.clone());
+        r.register("cache_entries", "Entries in the cache", inner.cache_entries.clone());
+        r.register("hub_listeners", "Downstream listens open", inner.listeners.clone());
+        r.register("upstream_listens_opened", "Upstream listens opened", inner.upstream_listens.clone());
+        r.register(
+            "cache_watched_uris",
+            "URIs of cached reads kept in the upstream's standing listen",
+            inner.watched_uris.clone(),
+        );
+        r.register(
+            "cache_watch_fallbacks",
+            "Cached reads left to TTL-only invalidation at the max_watched_uris bound",
+            inner.watch_fallbacks.clone(),
+        );
+        r.register(
+            "downstream_rejections",
+            "Downstream connections or requests refused, by reason",
+            inner.rejections.clone(),
+        );
+        r.register(
+            "downstream_idle_closed",
+            "Downstream connections closed after idle_timeout with no request in flight",
+            inner.idle_closed.clone(),
+        );
+        r.register("cache_hits", "Fresh cache hits, by upstream and scope", inner.cache_hits.clone());
+        r.register(
+            "cache_misses",
+            "Cache misses fetched upstream, by upstream and the answer's scope",
+            inner.cache_misses.clone(),
+        );
+        r.register(
+            "cache_stale_served",
+            "Stale entries served after a failed refetch, by upstream and scope",
+            inner.cache_stale.clone(),
+        );
+        r.register(
+            "cache_evictions",
+            "Entries evicted for size or expiry, by upstream and scope",
+            inner.cache_evictions.clone(),
+        );
+        r.register("cache_upstream_bytes", "Cached bytes, by upstream and scope", inner.cache_upstream_bytes.clone());
+        r.register(
+            "cache_flight_joins",
+            "Cache misses that joined a fetch already in flight (single-flight), by upstream",
+            inner.flight_joins.clone(),
+        );
+        r.register(
+            "notification_delivery_seconds",
+            "From an upstream change's receipt to its notification written to a listener",
+            inner.delivery_seconds.clone(),
+        );
+        r.register("upstream_healthy", "1 when the upstream answered discovery", inner.upstream_healthy.clone());
+        r.register("upstream_era", "1 for the upstream's current protocol era", inner.upstream_era.clone());
+        r.register(
+            "upstream_reconnects",
+            "Stdio restarts and legacy session re-initializations, by upstream",
+            inner.upstream_reconnects.clone(),
+        );
+        Self(Arc::new(Inner { registry, ..inner }))
     }
 
-    /// One downstream request answered.
-    pub fn downstream(&self, method: &str, outcome: &'static str) {
-        let method = KNOWN.iter().find(|m| **m == method).copied().unwrap_or("other");
-        self.0.downstream.get_or_create(&Downstream { method, outcome }).inc();
-        let slot = match outcome {
-            "hit" => Some(1),
-            "miss" => Some(2),
-            "stale" => Some(3),
-            "bypass" => Some(4),
-            "error" => Some(5),
-            _ => None,
+    /// The handles of upstream `name` (its series exist, at 0, from now on).
+    pub fn upstream_meter(&self, name: &str) -> UpstreamMeter {
+        let i = &self.0;
+        let scoped = |f: &Family<Scoped, Counter>| {
+            [0, 1].map(|s| f.get_or_create_owned(&Scoped { upstream: name.to_owned(), scope: SCOPES[s] }))
         };
-        use std::sync::atomic::Ordering::Relaxed;
-        self.0.totals[0].fetch_add(1, Relaxed);
-        if let Some(i) = slot {
-            self.0.totals[i].fetch_add(1, Relaxed);
+        UpstreamMeter {
+            hits: scoped(&i.cache_hits),
+            misses: scoped(&i.cache_misses),
+            stale: scoped(&i.cache_stale),
+            joins: i.flight_joins.get_or_create_owned(&Named { upstream: name.to_owned() }),
+            seconds: (0..=KNOWN.len())
+                .map(|m| {
+                    i.upstream_seconds
+                        .get_or_create_owned(&UpstreamMethod { upstream: name.to_owned(), method: method_label(m) })
+                })
+                .collect(),
         }
     }
 
-    /// One upstream request finished.
-    pub fn upstream(&self, upstream: &str, outcome: &'static str, seconds: f64) {
+    /// One downstream request answered after `seconds`.
+    pub fn downstream(&self, method: &str, outcome: &'static str, seconds: f64) {
+        let (m, o) = (method_index(method), outcome_index(outcome));
+        self.0.downstream[m][o].inc();
+        self.0.downstream_seconds[m].observe(seconds);
+        use std::sync::atomic::Ordering::Relaxed;
+        self.0.totals[0].fetch_add(1, Relaxed);
+        // The admin page's totals count the cache outcomes and errors, not streams.
+        if o < 5 {
+            self.0.totals[o + 1].fetch_add(1, Relaxed);
+        }
+    }
+
+    /// One upstream request finished (its latency goes to the upstream's
+    /// [`UpstreamMeter::request_seconds`]).
+    pub fn upstream(&self, upstream: &str, outcome: &'static str) {
         self.0.upstream.get_or_create(&Upstream { upstream: upstream.to_owned(), outcome }).inc();
-        self.0.upstream_seconds.get_or_create(&Named { upstream: upstream.to_owned() }).observe(seconds);
     }
 
     /// A list page skipped because its upstream failed (fail_open).
@@ -211,7 +432,7 @@ impl Metrics {
         self.0.list_skips.get_or_create(&Named { upstream: upstream.to_owned() }).inc();
     }
 
-    /// A connection or request refused by a transport limit.
+    /// A connection or request refused.
     pub fn rejection(&self, why: Rejection) {
         self.0.rejections.get_or_create(&Reason { reason: why.as_str() }).inc();
     }
@@ -221,23 +442,49 @@ impl Metrics {
         self.0.idle_closed.inc();
     }
 
+    /// The notification delivery histogram (see [`crate::hub::Hub`]).
+    pub fn delivery(&self) -> Histogram {
+        self.0.delivery_seconds.clone()
+    }
+
     /// The text exposition, with gauges set from `snapshot`.
     pub fn render(&self, snapshot: &Snapshot) -> String {
-        self.0.cache_bytes.set(snapshot.cache_bytes as i64);
-        self.0.cache_entries.set(snapshot.cache_entries as i64);
-        self.0.listeners.set(snapshot.listeners as i64);
+        let i = &self.0;
+        i.cache_bytes.set(snapshot.cache_bytes as i64);
+        i.cache_entries.set(snapshot.cache_entries as i64);
+        i.listeners.set(snapshot.listeners as i64);
         for (name, n) in &snapshot.upstream_listens {
-            self.0.upstream_listens.get_or_create(&Named { upstream: name.clone() }).set(*n as i64);
+            i.upstream_listens.get_or_create(&Named { upstream: name.clone() }).set(*n as i64);
         }
         for (name, n) in &snapshot.watched_uris {
-            self.0.watched_uris.get_or_create(&Named { upstream: name.clone() }).set(*n as i64);
+            i.watched_uris.get_or_create(&Named { upstream: name.clone() }).set(*n as i64);
         }
-        let counted = self.0.watch_fallbacks.get();
-        self.0.watch_fallbacks.inc_by(snapshot.watch_fallbacks.saturating_sub(counted));
+        catch_up(&i.watch_fallbacks, snapshot.watch_fallbacks);
+        for (name, figures) in &snapshot.cache_by_upstream {
+            for (s, scope) in SCOPES.into_iter().enumerate() {
+                let label = Scoped { upstream: name.clone(), scope };
+                i.cache_upstream_bytes.get_or_create(&label).set(figures.bytes[s] as i64);
+                catch_up(&i.cache_evictions.get_or_create(&label), figures.evictions[s]);
+            }
+        }
+        for u in &snapshot.upstreams {
+            let named = Named { upstream: u.name.clone() };
+            i.upstream_healthy.get_or_create(&named).set(i64::from(u.healthy));
+            catch_up(&i.upstream_reconnects.get_or_create(&named), u.reconnects);
+            for era in ["modern", "legacy", "unknown"] {
+                let label = EraLabel { upstream: u.name.clone(), era };
+                i.upstream_era.get_or_create(&label).set(i64::from(era == u.era));
+            }
+        }
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.0.registry).expect("writing to a String");
+        prometheus_client::encoding::text::encode(&mut out, &i.registry).expect("writing to a String");
         out
     }
+}
+
+/// Brings a counter kept elsewhere (as a running total) up to `total`.
+fn catch_up(counter: &Counter, total: u64) {
+    counter.inc_by(total.saturating_sub(counter.get()));
 }
 
 /// Downstream requests answered since start, by how the cache took part.
@@ -280,12 +527,19 @@ mod tests {
     #[test]
     fn renders_what_was_counted() {
         let m = Metrics::new();
-        m.downstream("resources/read", "hit");
-        m.downstream("made/up", "error");
-        m.upstream("docs", "ok", 0.002);
+        m.downstream("resources/read", "hit", 0.0002);
+        m.downstream("made/up", "error", 0.001);
+        m.upstream("docs", "ok");
+        let meter = m.upstream_meter("docs");
+        meter.request_seconds("resources/read", 0.002);
+        meter.cache_hit(true);
+        meter.cache_miss(false);
+        meter.flight_joined();
+        m.delivery().observe(0.001);
         m.list_skip("docs");
         m.rejection(Rejection::PerIp);
         m.idle_closed();
+        let figures = crate::cache::ScopeFigures { bytes: [100, 20], evictions: [3, 0] };
         let text = m.render(&Snapshot {
             cache_bytes: 10,
             cache_entries: 1,
@@ -293,19 +547,36 @@ mod tests {
             upstream_listens: vec![("docs".into(), 3)],
             watched_uris: vec![("docs".into(), 4)],
             watch_fallbacks: 5,
+            cache_by_upstream: vec![("docs".into(), figures)],
+            upstreams: vec![UpstreamState { name: "docs".into(), healthy: true, era: "modern", reconnects: 2 }],
         });
-        assert!(
-            text.contains(r#"resmux_downstream_requests_total{method="resources/read",outcome="hit"} 1"#),
-            "{text}"
-        );
-        assert!(text.contains(r#"method="other""#));
-        assert!(text.contains(r#"resmux_upstream_requests_total{upstream="docs",outcome="ok"} 1"#));
-        assert!(text.contains("resmux_cache_bytes 10"));
-        assert!(text.contains(r#"resmux_upstream_listens_opened{upstream="docs"} 3"#));
-        assert!(text.contains(r#"resmux_cache_watched_uris{upstream="docs"} 4"#), "{text}");
-        assert!(text.contains("resmux_cache_watch_fallbacks_total 5"), "{text}");
-        assert!(text.contains(r#"resmux_downstream_rejections_total{reason="per_ip"} 1"#), "{text}");
-        assert!(text.contains(r#"resmux_downstream_rejections_total{reason="body_timeout"} 0"#), "{text}");
-        assert!(text.contains("resmux_downstream_idle_closed_total 1"), "{text}");
+        for want in [
+            r#"resmux_downstream_requests_total{method="resources/read",outcome="hit"} 1"#,
+            r#"resmux_downstream_requests_total{method="other",outcome="error"} 1"#,
+            r#"resmux_downstream_request_seconds_count{method="resources/read"} 1"#,
+            r#"resmux_upstream_requests_total{upstream="docs",outcome="ok"} 1"#,
+            r#"resmux_upstream_request_seconds_count{upstream="docs",method="resources/read"} 1"#,
+            "resmux_cache_bytes 10",
+            r#"resmux_upstream_listens_opened{upstream="docs"} 3"#,
+            r#"resmux_cache_watched_uris{upstream="docs"} 4"#,
+            "resmux_cache_watch_fallbacks_total 5",
+            r#"resmux_downstream_rejections_total{reason="per_ip"} 1"#,
+            r#"resmux_downstream_rejections_total{reason="auth"} 0"#,
+            "resmux_downstream_idle_closed_total 1",
+            r#"resmux_cache_hits_total{upstream="docs",scope="public"} 1"#,
+            r#"resmux_cache_misses_total{upstream="docs",scope="private"} 1"#,
+            r#"resmux_cache_flight_joins_total{upstream="docs"} 1"#,
+            r#"resmux_cache_upstream_bytes{upstream="docs",scope="public"} 100"#,
+            r#"resmux_cache_evictions_total{upstream="docs",scope="public"} 3"#,
+            "resmux_notification_delivery_seconds_count 1",
+            r#"resmux_upstream_healthy{upstream="docs"} 1"#,
+            r#"resmux_upstream_era{upstream="docs",era="modern"} 1"#,
+            r#"resmux_upstream_era{upstream="docs",era="legacy"} 0"#,
+            r#"resmux_upstream_reconnects_total{upstream="docs"} 2"#,
+        ] {
+            assert!(text.contains(want), "missing {want} in\n{text}");
+        }
+        assert_eq!(m.downstream_totals().hit, 1);
+        assert_eq!(m.downstream_totals().error, 1);
     }
 }

@@ -130,7 +130,7 @@ impl Upstream {
         self.set_info(Some(info));
         let _ = self.0.unsolicited.send(Unsolicited::Gap);
         if matches!(self.0.transport, Transport::Http(_)) {
-            tokio::spawn(get_stream(self.clone(), session, self.0.cancel.child_token()));
+            self.0.tracker.spawn(get_stream(self.clone(), session, self.0.cancel.child_token()));
         }
         Ok(era)
     }

@@ -119,6 +119,7 @@ impl HttpTransport {
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         h.insert(ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
         headers.apply(&mut h);
+        crate::telemetry::inject_header(&mut h);
         h
     }
 

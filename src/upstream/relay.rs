@@ -83,6 +83,7 @@ impl Upstream {
                     relay,
                     legacy::answer_server_request,
                     Some(permit),
+                    &self.0.tracker,
                 );
                 self.next_step(held, method, &translated).await
             }
@@ -190,12 +191,13 @@ pub fn hold(
     relay: Vec<String>,
     answer_locally: fn(&Incoming<'_>) -> Option<Bytes>,
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    tracker: &tokio_util::task::TaskTracker,
 ) -> HeldCall {
     // One question is open at a time, so one slot each way is enough.
     let upstream = transport.name();
     let (step_tx, steps) = mpsc::channel(1);
     let (answers, mut answer_rx) = mpsc::channel::<Bytes>(1);
-    let task = tokio::spawn(async move {
+    let task = tracker.spawn(async move {
         // The upstream's in-flight slot is held while the call runs, and given back while it
         // waits for the client (which may take `held_call_ttl`): a crowd of held calls must
         // not starve the upstream's other requests. It is taken again before the answer is

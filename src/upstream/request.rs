@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use tracing::Instrument;
 
 use bytes::Bytes;
 use tokio::time::{Instant, timeout_at};
@@ -39,7 +40,8 @@ impl Upstream {
         on: OnBehalf<'_>,
     ) -> Result<Reply, UpstreamError> {
         let started = Instant::now();
-        let result = self.request_inner(method, params, progress, on).await;
+        let span = crate::telemetry::upstream_span(self.name(), method);
+        let result = self.request_inner(method, params, progress, on).instrument(span).await;
         let outcome = match &result {
             Ok(Reply::Result(_)) => "ok",
             Ok(Reply::Error(_)) => "error",
@@ -50,7 +52,8 @@ impl Upstream {
             Err(_) => "failed",
         };
         let took = started.elapsed();
-        self.0.metrics.upstream(self.name(), outcome, took.as_secs_f64());
+        self.0.metrics.upstream(self.name(), outcome);
+        self.0.meter.request_seconds(method, took.as_secs_f64());
         self.0.stats.record(took, result.is_err());
         result
     }
@@ -65,6 +68,9 @@ impl Upstream {
         let timeout = self.0.config.timeout;
         let deadline = Instant::now() + timeout;
         let timed_out = || UpstreamError::new(self.name(), UpstreamErrorKind::Timeout { after: timeout });
+        // With trace export, `_meta.traceparent` names this upstream request's span.
+        let traced = crate::telemetry::with_traceparent(params);
+        let params = &*traced;
         let _permit = timeout_at(deadline, self.0.in_flight.acquire())
             .await
             .map_err(|_| timed_out())?

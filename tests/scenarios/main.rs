@@ -19,6 +19,8 @@ mod listen;
 mod merge;
 mod namespace;
 mod ops;
+#[cfg(feature = "otel")]
+mod otel;
 mod rmcp_interop;
 mod stdio;
 mod stdio_downstream;

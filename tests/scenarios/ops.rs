@@ -156,3 +156,165 @@ async fn shutdown_fails_readiness_finishes_requests_ends_listens_then_stops_chil
     assert!(child_exited > answered, "the stdio child stopped before the in-flight request finished");
     assert!(child_exited > listen_ended, "the stdio child stopped before the listen ended");
 }
+
+/// A parsed scrape of the admin `/metrics`.
+async fn scrape(p: &Proxy) -> prometheus_parse::Scrape {
+    let text = String::from_utf8_lossy(&get(p, "/metrics").await.body).into_owned();
+    prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("Prometheus text")
+}
+
+/// The sum of the samples of `name` whose labels include `labels`; `None` when there is none.
+fn sum(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let values: Vec<f64> = (scrape.samples.iter())
+        .filter(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => f64::NAN,
+        })
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+#[tokio::test]
+async fn the_latency_cache_delivery_health_and_rejection_series_move() {
+    let mut spec = SampleSpec::generated("docs", 40);
+    // Slow enough that concurrent misses of one URI overlap and share one fetch.
+    spec.delay = Duration::from_millis(300);
+    let up = sample_http(spec).await;
+    let mut cfg = config(vec![UpstreamConfig::http("docs", &up.url())]);
+    cfg.admin.addr = "127.0.0.1:0".into();
+    // Room for a few entries only: later reads evict earlier ones.
+    cfg.cache.max_bytes = 4096;
+    cfg.cache.max_entry_bytes = 2048;
+    cfg.hub.linger = Duration::from_millis(50);
+    cfg.listen.max_body_bytes = 4096;
+    let p = Proxy::start(cfg).await;
+    discovered(&p.client).await;
+
+    let before = scrape(&p).await;
+    for name in ["resmux_cache_hits_total", "resmux_cache_misses_total", "resmux_cache_flight_joins_total"] {
+        assert_eq!(sum(&before, name, &[("upstream", "docs")]), Some(0.0), "{name} exists from the start");
+    }
+    assert_eq!(sum(&before, "resmux_upstream_healthy", &[("upstream", "docs")]), Some(1.0));
+    assert_eq!(sum(&before, "resmux_upstream_era", &[("upstream", "docs"), ("era", "modern")]), Some(1.0));
+    assert_eq!(sum(&before, "resmux_upstream_era", &[("upstream", "docs"), ("era", "legacy")]), Some(0.0));
+    assert_eq!(sum(&before, "resmux_upstream_reconnects_total", &[("upstream", "docs")]), Some(0.0));
+
+    // Four concurrent misses of one URI: one fetch, three joins; then two hits.
+    let reads = (0..4).map(|_| p.client.request("resources/read", json!({"uri": "docs://item/0"})));
+    for r in futures_util::future::join_all(reads).await {
+        r.result();
+    }
+    for _ in 0..2 {
+        assert_eq!(p.client.request("resources/read", json!({"uri": "docs://item/0"})).await.cache(), "hit");
+    }
+    // A listener gets a change: one delivery observed.
+    let mut l = p.client.listen(json!(1), json!({"resourceSubscriptions": ["docs://status"]})).await.unwrap();
+    l.next().await;
+    upstream_listens(&up, vec![vec!["docs://item/0", "docs://status"]]).await;
+    up.sample.bump();
+    assert_eq!(l.next().await["method"], "notifications/resources/updated");
+    // Refusals: a foreign Origin and Host, a body over the limit.
+    let origin = p.client.raw("POST", &[("origin", "http://evil.example".into())], b"{}".to_vec()).await;
+    assert_eq!(origin.status, 403);
+    let host = p.client.raw("POST", &[("host", "evil.example".into())], b"{}".to_vec()).await;
+    assert_eq!(host.status, 403);
+    let big = p.client.raw("POST", &[], vec![b' '; 8192]).await;
+    assert_eq!(big.status, 413);
+    // Reads of other items fill the small cache past its bound.
+    let fill = (1..40).map(|i| p.client.request("resources/read", json!({"uri": format!("docs://item/{i}")})));
+    for r in futures_util::future::join_all(fill).await {
+        r.result();
+    }
+
+    let after = scrape(&p).await;
+    let docs = [("upstream", "docs")];
+    let read = [("method", "resources/read")];
+    let n = |name: &str, labels: &[(&str, &str)]| sum(&after, name, labels).unwrap_or_else(|| panic!("no {name}"));
+    assert_eq!(n("resmux_downstream_request_seconds_count", &read), 4.0 + 2.0 + 39.0);
+    assert!(n("resmux_downstream_request_seconds_sum", &read) > 0.3, "the slow misses took their time");
+    assert!(n("resmux_upstream_request_seconds_count", &[("upstream", "docs"), ("method", "resources/read")]) >= 40.0);
+    assert_eq!(n("resmux_cache_flight_joins_total", &docs), 3.0, "three callers joined the first");
+    assert_eq!(n("resmux_cache_hits_total", &docs), 2.0);
+    assert_eq!(n("resmux_cache_misses_total", &docs), 40.0, "one leader per URI");
+    assert!(n("resmux_cache_evictions_total", &docs) >= 1.0, "the 4 KiB cache evicted");
+    let bytes = n("resmux_cache_upstream_bytes", &docs);
+    assert!(bytes > 0.0 && bytes <= 4096.0, "cached bytes within the bound: {bytes}");
+    assert_eq!(n("resmux_notification_delivery_seconds_count", &[]), 1.0);
+    assert!(n("resmux_notification_delivery_seconds_sum", &[]) < 5.0);
+    for reason in ["origin", "host", "body_too_large"] {
+        assert_eq!(n("resmux_downstream_rejections_total", &[("reason", reason)]), 1.0, "{reason}");
+    }
+    assert_eq!(n("resmux_downstream_rejections_total", &[("reason", "auth")]), 0.0);
+    assert!(!after.samples.iter().any(|s| s.labels.values().any(|v| v.contains("://"))), "no URI in any label");
+}
+
+/// Captured log output (the fmt layer's writer).
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}
+
+// A current-thread runtime: the thread-local subscriber below sees every task of the test.
+#[tokio::test]
+async fn requests_are_spanned_under_their_connection_with_method_upstream_cache_and_principal() {
+    use tracing_subscriber::fmt::format::FmtSpan;
+    let out = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(out.clone())
+        .with_ansi(false)
+        .with_span_events(FmtSpan::CLOSE)
+        .with_env_filter("resmux=info")
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let up = sample_http(SampleSpec::generated("docs", 3)).await;
+    let mut cfg = config(vec![UpstreamConfig::http("docs", &up.url())]);
+    api_keys(&mut cfg, &["alice"]);
+    let p = Proxy::start(cfg).await;
+    let alice = p.client.as_principal("alice");
+    discovered(&alice).await;
+    for want in ["miss", "hit"] {
+        assert_eq!(alice.request("resources/read", json!({"uri": "docs://item/0"})).await.cache(), want);
+    }
+    p.app.shutdown().await;
+
+    let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+    let closed: Vec<&str> = text.lines().filter(|l| l.contains("close")).collect();
+    for cache in ["miss", "hit"] {
+        assert!(
+            closed.iter().any(|l| l.contains("request{")
+                && l.contains("method=\"resources/read\"")
+                && l.contains("principal=\"alice\"")
+                && l.contains("upstream=\"docs\"")
+                && l.contains(&format!("cache=\"{cache}\""))
+                && l.contains("conn{peer=127.0.0.1:")
+                && l.contains("serve{listener=\"mcp\"")),
+            "no closed request span with cache={cache} under its connection:\n{text}"
+        );
+    }
+    assert!(
+        closed
+            .iter()
+            .any(|l| l.contains("upstream{") && l.contains("method=\"resources/read\"") && l.contains("request{")),
+        "the upstream request's span is the request span's child:\n{text}"
+    );
+    assert!(!text.contains("Bearer"), "no credential in any span or event");
+}

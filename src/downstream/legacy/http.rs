@@ -113,7 +113,7 @@ pub async fn get(
         slow: cfg.slow_listener_timeout,
         stop: legacy.hub().shutdown_token().clone(),
     };
-    tokio::spawn(pump(session, guard, tx, opts));
+    legacy.hub().tracker().spawn(pump(session, guard, tx, opts));
     sse_response(rx)
 }
 

@@ -11,6 +11,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::timeout;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use super::{CLOSE, DRAIN};
 use crate::auth::Principal;
@@ -127,7 +128,8 @@ impl Conn {
             return self.send(&duplicate(&id)).await;
         };
         let permit = permits.clone().acquire_owned().await.expect("never closed");
-        self.requests.spawn(self.clone().run(line, id, seq, cancel, permit, route));
+        let (span, _) = crate::telemetry::request_span(&http::HeaderMap::new());
+        self.requests.spawn(self.clone().run(line, id, seq, cancel, permit, route).instrument(span));
     }
 
     /// Serves one request unless it is cancelled first.
@@ -154,6 +156,7 @@ impl Conn {
 
     async fn answer(&self, msg: &Incoming<'_>, id: &RequestId, route: Route) -> Bytes {
         let p = &self.principal;
+        crate::telemetry::record_method(msg.method());
         match route {
             Route::Initialize => {
                 legacy_reply(id, self.legacy.initialize(msg.params, p).await.map(|(_, result)| Answer::result(result)))
@@ -164,6 +167,7 @@ impl Conn {
             Route::Modern => {
                 let answer = match validate::check_body(msg) {
                     Ok(Body::Request(c)) => {
+                        crate::telemetry::continue_trace(&c.meta, false);
                         let mut call = Call::new(c.method, c.params, c.meta, p);
                         if progress::wanted(c.method, &call.meta) {
                             let (tx, rx) = progress::channel();
