@@ -1,4 +1,4 @@
-//! Replicas sharing state through Redis (`[cluster]`, DESIGN §8, `docs/scaling.md`).
+//! Replicas sharing state through Redis (`[cluster]`, DESIGN §9, `docs/scaling.md`).
 //!
 //! - [`l2`]: a second cache tier behind each replica's moka cache, with cross-replica
 //!   single-flight (a short fill lock per key) and epochs kept in Redis, so that a fill that

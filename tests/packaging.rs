@@ -51,7 +51,7 @@ fn the_dockerfile_builds_in_stages_and_runs_unprivileged_with_a_health_check() {
 
 #[test]
 fn the_kubernetes_manifests_parse_and_their_configs_validate() {
-    for file in ["deploy/kubernetes/gateway.yaml", "deploy/kubernetes/sidecar.yaml"] {
+    for file in ["deploy/kubernetes/gateway.yaml", "deploy/kubernetes/sidecar.yaml", "deploy/kubernetes/cluster.yaml"] {
         let docs = docs(file);
         let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().expect("kind")).collect();
         for want in ["ConfigMap", "Secret", "Deployment"] {

@@ -1,5 +1,5 @@
 //! `[cluster]`: replicas sharing one cache, one set of upstream listens and the legacy sessions
-//! through Redis (DESIGN §8, `docs/scaling.md`). Absent: a single replica, exactly as before.
+//! through Redis (DESIGN §9, `docs/scaling.md`). Absent: a single replica, exactly as before.
 
 use std::time::Duration;
 

@@ -309,6 +309,7 @@ async fn the_listen_lease_fails_over_when_its_holder_is_killed() {
     let resync = listen.next_method("notifications/resources/updated").await;
     assert_eq!(resync["params"]["uri"], "docs://item/2");
     let took = killed.elapsed();
+    eprintln!("failover: listener resynced {took:?} after the holder's SIGKILL (lease_ttl 900 ms)");
     assert_eq!(cluster_state(&b)["listen_roles"]["docs"], "holder");
     // Well within a few lease periods (the lease is 900 ms).
     assert!(took < Duration::from_secs(5), "failover took {took:?}");
