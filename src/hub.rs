@@ -2,6 +2,7 @@
 //! the standing upstream listens ("feeds") whose notifications both invalidate the cache and
 //! fan out to listeners. One piece of machinery serves the cache and the listeners.
 
+mod changes;
 mod feed;
 mod listener;
 mod replicas;
@@ -19,16 +20,15 @@ use tokio_util::task::TaskTracker;
 pub use listener::{Listener, Notice, Topic};
 
 use crate::auth::{Principal, policy};
-use crate::cache::{Cache, CachedMethod};
+use crate::cache::Cache;
 use crate::cluster::{Cluster, Event, Role};
 use crate::config::HubConfig;
 use crate::error::{DownstreamError, Error};
 use crate::jsonrpc::RequestId;
 use crate::mcp::Capability;
-use crate::mcp::notify::{Change, Filter};
+use crate::mcp::notify::Filter;
 use crate::router::namespace::Namespace;
 use crate::upstream::Upstream;
-use crate::upstream::catalog::Named;
 
 /// Cheap handle over the hub.
 #[derive(Clone)]
@@ -374,96 +374,6 @@ impl Hub {
                 }
                 changed
             });
-        }
-    }
-
-    /// A change announced by upstream `index` to this replica's feed: applied here, and
-    /// passed on to the other replicas.
-    fn publish(&self, index: usize, change: &Change) {
-        self.apply(index, change);
-        if let Some(cluster) = &self.0.cluster {
-            cluster.announce(index, Event::Change(change.clone()));
-        }
-    }
-
-    /// A change of upstream `index`: invalidate the cache, wake its listeners.
-    fn apply(&self, index: usize, change: &Change) {
-        if let Some(cluster) = &self.0.cluster {
-            cluster.note_change(index, Some(change));
-        }
-        let epochs = self.0.cache.epochs();
-        let up = index as u32;
-        let (topic, pend) = match change {
-            Change::Updated(uri) => {
-                epochs.uri_changed(up, uri);
-                (Topic::Uri(uri.clone()), Notice::Uri(self.0.ns.uri_out(index, uri).into()))
-            }
-            Change::ListChanged(kind) => {
-                for list in kind.lists() {
-                    epochs.list_changed(up, CachedMethod::from(*list));
-                }
-                match kind {
-                    Capability::Resources => {}
-                    Capability::Tools => self.0.upstreams[index].catalog().forget(Named::Tools),
-                    Capability::Prompts => self.0.upstreams[index].catalog().forget(Named::Prompts),
-                }
-                (Topic::List(*kind), Notice::List(*kind))
-            }
-        };
-        let reg = self.0.registry.lock().expect("registry");
-        if let Some(ids) = reg.topics.get(&(index, topic)) {
-            for id in ids {
-                if let Some(l) = reg.listeners.get(id) {
-                    l.push(&pend);
-                }
-            }
-        }
-    }
-
-    /// Upstream `index`'s feed lost its stream: here and on the other replicas, its cache
-    /// entries go stale now.
-    fn stream_lost(&self, index: usize) {
-        self.forget(index);
-        if let Some(cluster) = &self.0.cluster {
-            cluster.announce(index, Event::Lost);
-        }
-    }
-
-    /// What changed at upstream `index` is unknown: its cache entries go stale now.
-    fn forget(&self, index: usize) {
-        if let Some(cluster) = &self.0.cluster {
-            cluster.note_change(index, None);
-        }
-        self.0.cache.epochs().stream_lost(index as u32);
-        self.0.upstreams[index].catalog().forget_all();
-    }
-
-    /// Upstream `index`'s feed is back after a loss: here and on the other replicas, its
-    /// listeners learn that everything they watch there may have changed.
-    fn resync(&self, index: usize) {
-        self.resync_local(index);
-        if let Some(cluster) = &self.0.cluster {
-            cluster.announce(index, Event::Resync);
-        }
-    }
-
-    /// [`Hub::resync`] on this replica alone.
-    fn resync_local(&self, index: usize) {
-        self.forget(index);
-        let reg = self.0.registry.lock().expect("registry");
-        for listener in reg.listeners.values() {
-            let changes: Vec<Notice> = listener
-                .topics
-                .iter()
-                .filter(|(u, _)| *u == index)
-                .map(|(_, t)| match t {
-                    Topic::Uri(uri) => Notice::Uri(self.0.ns.uri_out(index, uri).into()),
-                    Topic::List(kind) => Notice::List(*kind),
-                })
-                .collect();
-            if !changes.is_empty() {
-                listener.push_all(&changes);
-            }
         }
     }
 }

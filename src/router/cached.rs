@@ -68,7 +68,15 @@ impl Served {
 }
 
 /// A leader's outcome, shared with the waiters of its flight.
-pub(super) type Shared = Result<Arc<(Served, Owner)>, Error>;
+pub(super) type Shared = Result<Arc<Outcome>, Error>;
+
+/// What a flight's leader got, shared with its waiters: the answer, and whose it is (a
+/// private answer may only be taken by the same owner).
+#[derive(Debug)]
+pub(super) struct Outcome {
+    pub served: Served,
+    pub leader: Owner,
+}
 
 /// Whether a request is an MRTR retry, whose result must never be cached (nor served from
 /// cache: it carries answers the upstream has to see).
@@ -131,8 +139,8 @@ impl Router {
         let (mut outcome, mut led) = self.0.flights.run(key.clone(), || self.lead(&key, uri, principal, &fetch)).await;
         // A private outcome belongs to the leader's owner alone: fetch our own.
         if let Ok(shared) = &outcome
-            && !shared.0.public
-            && shared.1 != *principal
+            && !shared.served.public
+            && shared.leader != *principal
         {
             key.partition = Partition::Private(principal.clone());
             (outcome, led) = self.0.flights.run(key.clone(), || self.lead(&key, uri, principal, &fetch)).await;
@@ -140,12 +148,12 @@ impl Router {
         match outcome {
             Ok(shared) => {
                 if led {
-                    upstream.meter().cache_miss(shared.0.public);
+                    upstream.meter().cache_miss(shared.served.public);
                 } else {
                     upstream.meter().flight_joined();
                 }
                 telemetry::record_cache(if led { "miss" } else { "joined" });
-                Ok(shared.0.clone())
+                Ok(shared.served.clone())
             }
             Err(Error::Upstream(e)) if stale.is_some() => {
                 let entry = stale.expect("checked");
@@ -199,7 +207,7 @@ impl Router {
                 }
             }
         }
-        Ok(Arc::new((Served::fresh(fetched, CacheStatus::Miss), principal.clone())))
+        Ok(Arc::new(Outcome { served: Served::fresh(fetched, CacheStatus::Miss), leader: principal.clone() }))
     }
 
     /// A cached read stays watched on an upstream that can tell when it changes.
@@ -219,7 +227,7 @@ impl Router {
         principal: &Owner,
         ticket: crate::cache::Ticket,
         value: SharedValue,
-    ) -> Arc<(Served, Owner)> {
+    ) -> Arc<Outcome> {
         let now = crate::cluster::now_ms();
         let age = value.age(now);
         let ttl_ms = value.remaining(now).as_millis() as u64;
@@ -234,6 +242,6 @@ impl Router {
         let ttl = Duration::from_millis(value.ttl_ms);
         self.0.cache.store_aged(k, value.stored, ttl, ticket, watch, age);
         let served = Served { got, public: value.public, ttl_ms, status: CacheStatus::Hit, age: Some(age.as_secs()) };
-        Arc::new((served, principal.clone()))
+        Arc::new(Outcome { served, leader: principal.clone() })
     }
 }

@@ -4,152 +4,18 @@
 
 use std::sync::Arc;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::mcp;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Downstream {
-    method: &'static str,
-    /// `hit`, `miss`, `stale`, `bypass`, or `error`.
-    outcome: &'static str,
-}
+mod labels;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Upstream {
-    upstream: String,
-    /// `ok`, `error` (a JSON-RPC error answer), or the failure kind.
-    outcome: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Reason {
-    reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ByMethod {
-    method: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct UpstreamMethod {
-    upstream: String,
-    method: &'static str,
-}
-
-/// A cache series: its upstream and the partition, `public` or `private`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Scoped {
-    upstream: String,
-    scope: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct EraLabel {
-    upstream: String,
-    /// `modern`, `legacy` or `unknown`.
-    era: &'static str,
-}
-
-/// Partition label values, indexed by [`scope_index`].
-const SCOPES: [&str; 2] = ["public", "private"];
-
-fn scope_index(public: bool) -> usize {
-    if public { 0 } else { 1 }
-}
-
-/// Downstream outcome label values, indexed by [`outcome_index`]; slot 0 of
-/// [`Inner::totals`] is the sum, so a slot here is one more there.
-const OUTCOMES: [&str; 6] = ["hit", "miss", "stale", "bypass", "error", "stream"];
-
-fn outcome_index(outcome: &str) -> usize {
-    OUTCOMES.iter().position(|o| *o == outcome).unwrap_or(4)
-}
-
-/// The slot of a method label: its place in [`KNOWN`], or the last one (`other`).
-fn method_index(method: &str) -> usize {
-    KNOWN.iter().position(|m| *m == method).unwrap_or(KNOWN.len())
-}
-
-fn method_label(index: usize) -> &'static str {
-    KNOWN.get(index).copied().unwrap_or("other")
-}
-
-/// Why a downstream connection or request was refused by a transport limit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Rejection {
-    /// A request head did not arrive within `[listen] header_timeout`.
-    HeaderTimeout,
-    /// A request body did not arrive within `[listen] body_timeout`.
-    BodyTimeout,
-    /// A request head exceeded `[listen] max_header_bytes`.
-    HeaderTooLarge,
-    /// A connection over `[listen] max_connections_per_ip`.
-    PerIp,
-    /// A request over `[listen] requests_per_second` for its principal.
-    Rate,
-    /// A request without valid credentials, or without the scope it needs (401/403).
-    Auth,
-    /// A request whose `Origin` is not allowed.
-    Origin,
-    /// A request whose `Host` is not allowed (DNS rebinding).
-    Host,
-    /// A request body over `[listen] max_body_bytes`.
-    BodyTooLarge,
-    /// A request refused by a count bound: listeners, legacy sessions, held calls.
-    Limit,
-}
-
-impl Rejection {
-    pub const ALL: [Rejection; 10] = [
-        Self::HeaderTimeout,
-        Self::BodyTimeout,
-        Self::HeaderTooLarge,
-        Self::PerIp,
-        Self::Rate,
-        Self::Auth,
-        Self::Origin,
-        Self::Host,
-        Self::BodyTooLarge,
-        Self::Limit,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::HeaderTimeout => "header_timeout",
-            Self::BodyTimeout => "body_timeout",
-            Self::HeaderTooLarge => "header_too_large",
-            Self::PerIp => "per_ip",
-            Self::Rate => "rate",
-            Self::Auth => "auth",
-            Self::Origin => "origin",
-            Self::Host => "host",
-            Self::BodyTooLarge => "body_too_large",
-            Self::Limit => "limit",
-        }
-    }
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Named {
-    upstream: String,
-}
-
-fn latency() -> Histogram {
-    // 100 µs .. ~13 s in powers of two: loopback hits to slow upstreams.
-    Histogram::new(exponential_buckets(0.0001, 2.0, 18))
-}
-
-fn delivery() -> Histogram {
-    // 50 µs .. ~1.6 s: a change is written as soon as its listener's task runs.
-    Histogram::new(exponential_buckets(0.00005, 2.0, 16))
-}
+pub use labels::Rejection;
+use labels::*;
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
@@ -521,62 +387,4 @@ const KNOWN: &[&str] = &[
 ];
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn renders_what_was_counted() {
-        let m = Metrics::new();
-        m.downstream("resources/read", "hit", 0.0002);
-        m.downstream("made/up", "error", 0.001);
-        m.upstream("docs", "ok");
-        let meter = m.upstream_meter("docs");
-        meter.request_seconds("resources/read", 0.002);
-        meter.cache_hit(true);
-        meter.cache_miss(false);
-        meter.flight_joined();
-        m.delivery().observe(0.001);
-        m.list_skip("docs");
-        m.rejection(Rejection::PerIp);
-        m.idle_closed();
-        let figures = crate::cache::ScopeFigures { bytes: [100, 20], evictions: [3, 0] };
-        let text = m.render(&Snapshot {
-            cache_bytes: 10,
-            cache_entries: 1,
-            listeners: 2,
-            upstream_listens: vec![("docs".into(), 3)],
-            watched_uris: vec![("docs".into(), 4)],
-            watch_fallbacks: 5,
-            cache_by_upstream: vec![("docs".into(), figures)],
-            upstreams: vec![UpstreamState { name: "docs".into(), healthy: true, era: "modern", reconnects: 2 }],
-        });
-        for want in [
-            r#"resmux_downstream_requests_total{method="resources/read",outcome="hit"} 1"#,
-            r#"resmux_downstream_requests_total{method="other",outcome="error"} 1"#,
-            r#"resmux_downstream_request_seconds_count{method="resources/read"} 1"#,
-            r#"resmux_upstream_requests_total{upstream="docs",outcome="ok"} 1"#,
-            r#"resmux_upstream_request_seconds_count{upstream="docs",method="resources/read"} 1"#,
-            "resmux_cache_bytes 10",
-            r#"resmux_upstream_listens_opened{upstream="docs"} 3"#,
-            r#"resmux_cache_watched_uris{upstream="docs"} 4"#,
-            "resmux_cache_watch_fallbacks_total 5",
-            r#"resmux_downstream_rejections_total{reason="per_ip"} 1"#,
-            r#"resmux_downstream_rejections_total{reason="auth"} 0"#,
-            "resmux_downstream_idle_closed_total 1",
-            r#"resmux_cache_hits_total{upstream="docs",scope="public"} 1"#,
-            r#"resmux_cache_misses_total{upstream="docs",scope="private"} 1"#,
-            r#"resmux_cache_flight_joins_total{upstream="docs"} 1"#,
-            r#"resmux_cache_upstream_bytes{upstream="docs",scope="public"} 100"#,
-            r#"resmux_cache_evictions_total{upstream="docs",scope="public"} 3"#,
-            "resmux_notification_delivery_seconds_count 1",
-            r#"resmux_upstream_healthy{upstream="docs"} 1"#,
-            r#"resmux_upstream_era{upstream="docs",era="modern"} 1"#,
-            r#"resmux_upstream_era{upstream="docs",era="legacy"} 0"#,
-            r#"resmux_upstream_reconnects_total{upstream="docs"} 2"#,
-        ] {
-            assert!(text.contains(want), "missing {want} in\n{text}");
-        }
-        assert_eq!(m.downstream_totals().hit, 1);
-        assert_eq!(m.downstream_totals().error, 1);
-    }
-}
+mod tests;

@@ -1,0 +1,101 @@
+//! What the hub does with a change: invalidate the cache, wake the listeners that watch it,
+//! and tell the other replicas (when this replica's feed saw it).
+
+use super::{Hub, Notice, Topic};
+use crate::cache::CachedMethod;
+use crate::cluster::Event;
+use crate::mcp::Capability;
+use crate::mcp::notify::Change;
+use crate::upstream::catalog::Named;
+
+impl Hub {
+    /// A change announced by upstream `index` to this replica's feed: applied here, and
+    /// passed on to the other replicas.
+    pub(super) fn publish(&self, index: usize, change: &Change) {
+        self.apply(index, change);
+        if let Some(cluster) = &self.0.cluster {
+            cluster.announce(index, Event::Change(change.clone()));
+        }
+    }
+
+    /// A change of upstream `index`: invalidate the cache, wake its listeners.
+    pub(super) fn apply(&self, index: usize, change: &Change) {
+        if let Some(cluster) = &self.0.cluster {
+            cluster.note_change(index, Some(change));
+        }
+        let epochs = self.0.cache.epochs();
+        let up = index as u32;
+        let (topic, pend) = match change {
+            Change::Updated(uri) => {
+                epochs.uri_changed(up, uri);
+                (Topic::Uri(uri.clone()), Notice::Uri(self.0.ns.uri_out(index, uri).into()))
+            }
+            Change::ListChanged(kind) => {
+                for list in kind.lists() {
+                    epochs.list_changed(up, CachedMethod::from(*list));
+                }
+                match kind {
+                    Capability::Resources => {}
+                    Capability::Tools => self.0.upstreams[index].catalog().forget(Named::Tools),
+                    Capability::Prompts => self.0.upstreams[index].catalog().forget(Named::Prompts),
+                }
+                (Topic::List(*kind), Notice::List(*kind))
+            }
+        };
+        let reg = self.0.registry.lock().expect("registry");
+        if let Some(ids) = reg.topics.get(&(index, topic)) {
+            for id in ids {
+                if let Some(l) = reg.listeners.get(id) {
+                    l.push(&pend);
+                }
+            }
+        }
+    }
+
+    /// Upstream `index`'s feed lost its stream: here and on the other replicas, its cache
+    /// entries go stale now.
+    pub(super) fn stream_lost(&self, index: usize) {
+        self.forget(index);
+        if let Some(cluster) = &self.0.cluster {
+            cluster.announce(index, Event::Lost);
+        }
+    }
+
+    /// What changed at upstream `index` is unknown: its cache entries go stale now.
+    pub(super) fn forget(&self, index: usize) {
+        if let Some(cluster) = &self.0.cluster {
+            cluster.note_change(index, None);
+        }
+        self.0.cache.epochs().stream_lost(index as u32);
+        self.0.upstreams[index].catalog().forget_all();
+    }
+
+    /// Upstream `index`'s feed is back after a loss: here and on the other replicas, its
+    /// listeners learn that everything they watch there may have changed.
+    pub(super) fn resync(&self, index: usize) {
+        self.resync_local(index);
+        if let Some(cluster) = &self.0.cluster {
+            cluster.announce(index, Event::Resync);
+        }
+    }
+
+    /// [`Hub::resync`] on this replica alone.
+    pub(super) fn resync_local(&self, index: usize) {
+        self.forget(index);
+        let reg = self.0.registry.lock().expect("registry");
+        for listener in reg.listeners.values() {
+            let changes: Vec<Notice> = listener
+                .topics
+                .iter()
+                .filter(|(u, _)| *u == index)
+                .map(|(_, t)| match t {
+                    Topic::Uri(uri) => Notice::Uri(self.0.ns.uri_out(index, uri).into()),
+                    Topic::List(kind) => Notice::List(*kind),
+                })
+                .collect();
+            if !changes.is_empty() {
+                listener.push_all(&changes);
+            }
+        }
+    }
+}
