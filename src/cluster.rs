@@ -100,6 +100,9 @@ struct Inner {
     healthy: AtomicBool,
     /// Flipped by the health probe; readiness and the admin page read it.
     health: watch::Sender<bool>,
+    /// Wakes the health probe when a call failed, so that a brief failure is confirmed or
+    /// cleared at once instead of at the next tick.
+    probe_now: tokio::sync::Notify,
     stats: Stats,
     outbox: mpsc::Sender<bus::Outgoing>,
     outbox_rx: std::sync::Mutex<Option<mpsc::Receiver<bus::Outgoing>>>,
@@ -162,6 +165,7 @@ impl Cluster {
             // Optimistic until the first probe: requests try Redis at once.
             healthy: AtomicBool::new(true),
             health: watch::channel(true).0,
+            probe_now: tokio::sync::Notify::new(),
             stats: Stats::default(),
             outbox,
             outbox_rx: std::sync::Mutex::new(Some(outbox_rx)),
@@ -308,6 +312,9 @@ impl Cluster {
     }
 
     fn set_healthy(&self, up: bool, why: Option<&ClusterError>) {
+        if !up {
+            self.0.probe_now.notify_one();
+        }
         if self.0.healthy.swap(up, Ordering::Relaxed) != up {
             match why {
                 Some(e) => {
@@ -335,6 +342,7 @@ impl Cluster {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(wait) => {}
+                _ = self.0.probe_now.notified(), if ok => {}
             }
         }
     }

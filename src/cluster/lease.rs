@@ -152,15 +152,25 @@ impl Cluster {
     }
 
     /// One round of the keeper: heartbeat, then each lease acquired or renewed.
-    async fn keep(&self, px: u64) {
+    ///
+    /// A failed call does not by itself make this replica solo: one slow reply under load
+    /// would otherwise open a second upstream listen. It goes solo only once Redis has been
+    /// unreachable for as long as a lease lives (`down_since`), when no holder can still be
+    /// renewing one; until then it keeps its role.
+    async fn keep(&self, px: u64, down_since: &mut Option<tokio::time::Instant>) {
+        let expiry = Duration::from_millis(px);
         let px = px.to_string();
         let beat = redis::cmd("ZADD").arg(self.replicas_key()).arg(now_ms()).arg(&*self.0.replica).to_owned();
         if self.query::<u64>("ZADD replicas", &beat).await.is_err() {
-            for i in 0..self.0.roles.len() {
-                self.set_role(i, Role::Solo);
+            let since = *down_since.get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() >= expiry {
+                for i in 0..self.0.roles.len() {
+                    self.set_role(i, Role::Solo);
+                }
             }
             return;
         }
+        *down_since = None;
         for i in 0..self.0.roles.len() {
             let tag = self.tag(i);
             let lease = format!("{tag}:lease");
@@ -172,7 +182,8 @@ impl Cluster {
                     match self.eval::<u8>("renew lease", renew, &[&lease], &[value.as_bytes(), px.as_bytes()]).await {
                         Ok(1) => role,
                         Ok(_) => Role::Follower,
-                        Err(_) => Role::Solo,
+                        // Tried again next round; the lease outlives one missed renewal.
+                        Err(_) => role,
                     }
                 }
                 Role::Follower | Role::Solo => {
@@ -182,7 +193,7 @@ impl Cluster {
                     match self.eval::<u64>("acquire lease", acquire, &[&lease, &fence], &args).await {
                         Ok(0) => Role::Follower,
                         Ok(token) => Role::Holder(token),
-                        Err(_) => Role::Solo,
+                        Err(_) => role,
                     }
                 }
             };
@@ -210,8 +221,9 @@ pub(super) async fn keeper(cluster: Cluster, cancel: CancellationToken) {
     let ttl = cluster.0.config.lease_ttl;
     let px = (ttl.as_millis() as u64 * 2 / 3).max(1);
     let period = (ttl / 4).max(Duration::from_millis(50));
+    let mut down_since = None;
     loop {
-        cluster.keep(px).await;
+        cluster.keep(px, &mut down_since).await;
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = tokio::time::sleep(period) => {}

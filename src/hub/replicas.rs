@@ -50,13 +50,12 @@ async fn receive(hub: Hub, cluster: Cluster, mut inbox: mpsc::Receiver<Inbound>,
                 }
             }
             Inbound::Event { upstream, event } => match event {
-                // A holder's own feed already applied what it saw.
-                Event::Change(change) if !matches!(*cluster.role(upstream).borrow(), Role::Holder(_)) => {
-                    hub.apply(upstream, &change)
-                }
-                Event::Change(_) => {}
-                Event::Lost => hub.forget(upstream),
-                Event::Resync => hub.resync_local(upstream),
+                // Only a follower takes changes from the bus: a holder's or a solo replica's own
+                // feed already applied what it saw (taking both would deliver twice).
+                Event::Change(change) if following(&cluster, upstream) => hub.apply(upstream, &change),
+                Event::Lost if following(&cluster, upstream) => hub.forget(upstream),
+                Event::Resync if following(&cluster, upstream) => hub.resync_local(upstream),
+                Event::Change(_) | Event::Lost | Event::Resync => {}
                 Event::Active(filter) => {
                     if following(&cluster, upstream) {
                         hub.0.active[upstream].send_replace(filter);
