@@ -106,6 +106,15 @@ async fn main() -> Result<()> {
             let opts = RunOptions { placement: placement.clone(), duration, sides };
             let mut reports = Vec::new();
             for s in &scenarios {
+                if s.cluster.is_some() {
+                    // Its own report shape (two modes, not sides); not part of latest.*.
+                    let report = resmux_load::cluster::run(s, &placement, duration).await;
+                    for path in resmux_load::cluster::write_outputs(&report, &out)? {
+                        eprintln!("resmux-load: wrote {}", path.display());
+                    }
+                    println!("{}", resmux_load::cluster::markdown(&report));
+                    continue;
+                }
                 let report = run::run_scenario(s, &opts).await;
                 for path in run::write_outputs(&report, &out)? {
                     eprintln!("resmux-load: wrote {}", path.display());
