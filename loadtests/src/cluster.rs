@@ -239,6 +239,9 @@ pub struct ReadPhase {
     pub errors: u64,
     /// `resources/read` requests the upstream received during the batch.
     pub upstream_reads: u64,
+    /// Distinct keys the batch read that no earlier batch of this mode had read: the fewest
+    /// upstream reads a cache shared by every replica could make.
+    pub new_keys: u64,
     pub upstream_reads_per_10k: f64,
     pub latency_ms: Latency,
     pub cache: CacheCounts,
@@ -324,10 +327,17 @@ pub async fn run(s: &Scenario, placement: &Placement, duration: Option<Duration>
     }
     let mut modes = Vec::new();
     for redis in [false, true] {
-        eprintln!("resmux-load: {} / {} replicas {} Redis …", s.name, spec.replicas, if redis { "with" } else { "without" });
+        eprintln!(
+            "resmux-load: {} / {} replicas {} Redis …",
+            s.name,
+            spec.replicas,
+            if redis { "with" } else { "without" }
+        );
         let report = match run_mode(s, &spec, placement, redis).await {
             Ok(r) => r,
-            Err(e) => ModeReport { redis, replicas: spec.replicas, error: Some(format!("{e:#}")), ..Default::default() },
+            Err(e) => {
+                ModeReport { redis, replicas: spec.replicas, error: Some(format!("{e:#}")), ..Default::default() }
+            }
         };
         modes.push(report);
     }
@@ -363,9 +373,10 @@ async fn run_mode(s: &Scenario, spec: &ClusterSpec, placement: &Placement, with_
     // The probes read keys past the ones the load draws from.
     let mut up = s.clone();
     up.resources = s.resources + spec.probe_keys;
-    let server = on_servers(resmux::sample::SampleHttp::start(Sample::new(sample_spec(&up, 0)), ([127, 0, 0, 1], 0).into()))
-        .await
-        .context("starting the sample upstream")?;
+    let server =
+        on_servers(resmux::sample::SampleHttp::start(Sample::new(sample_spec(&up, 0)), ([127, 0, 0, 1], 0).into()))
+            .await
+            .context("starting the sample upstream")?;
     let sample = server.sample.clone();
     let ups = vec![(upstream_name(0), server.url())];
     let mut replicas = Vec::new();
@@ -422,8 +433,9 @@ async fn measure(
     }
     let endpoints: Vec<SocketAddr> = replicas.iter().map(|r| r.proxy.addr).collect();
     let total = s.requests.unwrap_or(10_000);
-    let cold = reads(s, &endpoints, sample, total, s.seed).await;
-    let warm = reads(s, &endpoints, sample, total, s.seed.wrapping_add(1)).await;
+    let mut seen = std::collections::HashSet::new();
+    let cold = reads(s, &endpoints, sample, total, s.seed, &mut seen).await;
+    let warm = reads(s, &endpoints, sample, total, s.seed.wrapping_add(1), &mut seen).await;
     let probes = probe(s, spec, &endpoints, sample).await;
     let mut after_reads = Vec::new();
     for r in replicas {
@@ -453,7 +465,14 @@ fn item(key: usize) -> Op {
 
 /// `total` reads from `s.clients` closed-loop clients, read `n` of the batch on replica
 /// `n % replicas`.
-async fn reads(s: &Scenario, endpoints: &[SocketAddr], sample: &Sample, total: u64, seed: u64) -> ReadPhase {
+async fn reads(
+    s: &Scenario,
+    endpoints: &[SocketAddr],
+    sample: &Sample,
+    total: u64,
+    seed: u64,
+    seen: &mut std::collections::HashSet<usize>,
+) -> ReadPhase {
     let before = sample.count(m::RESOURCES_READ);
     let tickets = Arc::new(AtomicU64::new(0));
     let zipf = Arc::new(Zipf::new(s.resources, s.zipf_s));
@@ -471,13 +490,16 @@ async fn reads(s: &Scenario, endpoints: &[SocketAddr], sample: &Sample, total: u
             let mut cache = CacheCounts::default();
             let mut failures = std::collections::BTreeMap::new();
             let (mut ok, mut errors) = (0u64, 0u64);
+            let mut keys = std::collections::HashSet::new();
             loop {
                 let n = tickets.fetch_add(1, Ordering::Relaxed);
                 if n >= total {
                     break;
                 }
                 let ep = (n % endpoints.len() as u64) as usize;
-                let op = item(zipf.sample(&mut rng));
+                let key = zipf.sample(&mut rng);
+                keys.insert(key);
+                let op = item(key);
                 if conns[ep].as_ref().is_none_or(Conn::is_closed) {
                     match Conn::open(endpoints[ep], CONNECT_TIMEOUT, auth.clone()).await {
                         Ok(conn) => conns[ep] = Some(conn),
@@ -516,13 +538,18 @@ async fn reads(s: &Scenario, endpoints: &[SocketAddr], sample: &Sample, total: u
                     }
                 }
             }
-            (ok, errors, latency, cache, failures)
+            (ok, errors, latency, cache, failures, keys)
         });
     }
     let mut phase = ReadPhase::default();
     let mut latency = Histogram::new();
     while let Some(joined) = tasks.join_next().await {
-        let Ok((ok, errors, h, cache, failures)) = joined else { continue };
+        let Ok((ok, errors, h, cache, failures, keys)) = joined else { continue };
+        for k in keys {
+            if seen.insert(k) {
+                phase.new_keys += 1;
+            }
+        }
         phase.reads += ok + errors;
         phase.errors += errors;
         latency.merge(&h);
@@ -536,8 +563,11 @@ async fn reads(s: &Scenario, endpoints: &[SocketAddr], sample: &Sample, total: u
         }
     }
     phase.upstream_reads = sample.count(m::RESOURCES_READ).saturating_sub(before);
-    phase.upstream_reads_per_10k =
-        if phase.reads == 0 { 0.0 } else { (phase.upstream_reads as f64 * 10_000.0 / phase.reads as f64 * 10.0).round() / 10.0 };
+    phase.upstream_reads_per_10k = if phase.reads == 0 {
+        0.0
+    } else {
+        (phase.upstream_reads as f64 * 10_000.0 / phase.reads as f64 * 10.0).round() / 10.0
+    };
     phase.latency_ms = Latency::of(&latency);
     phase
 }
@@ -622,7 +652,7 @@ pub fn markdown(r: &ClusterReport) -> String {
         let s = n.to_string();
         let mut o = String::new();
         for (i, c) in s.chars().enumerate() {
-            if i > 0 && (s.len() - i) % 3 == 0 {
+            if i > 0 && (s.len() - i).is_multiple_of(3) {
                 o.push(',');
             }
             o.push(c);
@@ -634,16 +664,18 @@ pub fn markdown(r: &ClusterReport) -> String {
             out.push_str(&format!("- **{}** failed: {e}\n", label(m)));
         }
     }
-    out.push_str("| mode | reads cold / warm | errors | upstream reads cold / warm | per 10k reads cold / warm | cache hit/miss cold | read p50 / p99 ms cold | read p50 / p99 ms warm |\n|---|---:|---:|---:|---:|---|---:|---:|\n");
+    out.push_str("| mode | reads cold / warm | errors | upstream reads cold / warm | new keys cold / warm (the least possible) | per 10k reads cold / warm | cache hit/miss cold | read p50 / p99 ms cold | read p50 / p99 ms warm |\n|---|---:|---:|---:|---:|---:|---|---:|---:|\n");
     for m in &r.modes {
         out.push_str(&format!(
-            "| {} | {} / {} | {} | {} / {} | **{}** / **{}** | {}/{} | {:.3} / {:.3} | {:.3} / {:.3} |\n",
+            "| {} | {} / {} | {} | {} / {} | {} / {} | **{}** / **{}** | {}/{} | {:.3} / {:.3} | {:.3} / {:.3} |\n",
             label(m),
             int(m.cold.reads),
             int(m.warm.reads),
             m.cold.errors + m.warm.errors,
             int(m.cold.upstream_reads),
             int(m.warm.upstream_reads),
+            int(m.cold.new_keys),
+            int(m.warm.new_keys),
             m.cold.upstream_reads_per_10k,
             m.warm.upstream_reads_per_10k,
             m.cold.cache.hit,

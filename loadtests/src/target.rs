@@ -177,7 +177,13 @@ async fn start_samples(s: &Scenario) -> Result<Vec<SampleHttp>> {
 /// The bytes of a real `resources/read` answer for key 0 (the ceiling serves them).
 async fn read_answer_bytes(s: &Scenario) -> Result<bytes::Bytes> {
     let server = start_sample(sample_spec(s, 0)).await?;
-    let addressing = Addressing { endpoints: vec![server.addr], per_upstream: true, prefixed: false, upstreams: 1, round_robin: false };
+    let addressing = Addressing {
+        endpoints: vec![server.addr],
+        per_upstream: true,
+        prefixed: false,
+        upstreams: 1,
+        round_robin: false,
+    };
     let result = async {
         let mut conn = Conn::open(server.addr, Duration::from_secs(5), None).await?;
         let (_, op) = addressing.read(0);
