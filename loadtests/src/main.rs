@@ -122,6 +122,10 @@ async fn main() -> Result<()> {
                 println!("{}", resmux_load::report::markdown(&report));
                 reports.push(report);
             }
+            if reports.is_empty() {
+                // Only cluster scenarios ran: leave the last run's latest.* as they are.
+                return Ok(());
+            }
             let summary = run::run_report(reports, &placement);
             let text = serde_json::to_string_pretty(&summary)?;
             std::fs::write(out.join("latest.json"), &text)?;
