@@ -17,10 +17,12 @@
 //! - [`listen`]: `subscriptions/listen` streams and notification timing.
 //! - [`histogram`]: latency percentiles; [`procfs`]: memory and CPU from `/proc`.
 //! - [`run`]: one scenario, side by side; [`report`] and [`plot`]: what it writes.
+//! - [`cluster`]: the cluster scenario, several replicas with and without a shared Redis.
 
 #![forbid(unsafe_code)]
 
 pub mod ceiling;
+pub mod cluster;
 pub mod conn;
 pub mod histogram;
 pub mod listen;

@@ -133,14 +133,14 @@ pub async fn open(
     });
     // One value, never queued: a later send replaces it, and "stop" is sent once.
     let (stop, stop_rx) = watch::channel(false);
-    let (ep, op) = addressing.listen();
-    let addr = addressing.endpoints[ep];
     let connect_limit = Arc::new(Semaphore::new(CONNECT_CONCURRENCY));
     let mut tasks = JoinSet::new();
     for i in 0..count {
         let auth = principals.authorization(&format!("listener-{i}"));
         let slow = slow_every.is_some_and(|k| i % k == 0);
-        tasks.spawn(listener(i, addr, auth, op.clone(), shared.clone(), connect_limit.clone(), stop_rx.clone(), slow));
+        let (ep, op) = addressing.listen_for(i);
+        let addr = addressing.endpoints[ep];
+        tasks.spawn(listener(i, addr, auth, op, shared.clone(), connect_limit.clone(), stop_rx.clone(), slow));
     }
     let _ = tokio::time::timeout(deadline, shared.settled.acquire_many(count as u32)).await;
     Listeners { shared, tasks, stop, count }

@@ -106,12 +106,25 @@ async fn main() -> Result<()> {
             let opts = RunOptions { placement: placement.clone(), duration, sides };
             let mut reports = Vec::new();
             for s in &scenarios {
+                if s.cluster.is_some() {
+                    // Its own report shape (two modes, not sides); not part of latest.*.
+                    let report = resmux_load::cluster::run(s, &placement, duration).await;
+                    for path in resmux_load::cluster::write_outputs(&report, &out)? {
+                        eprintln!("resmux-load: wrote {}", path.display());
+                    }
+                    println!("{}", resmux_load::cluster::markdown(&report));
+                    continue;
+                }
                 let report = run::run_scenario(s, &opts).await;
                 for path in run::write_outputs(&report, &out)? {
                     eprintln!("resmux-load: wrote {}", path.display());
                 }
                 println!("{}", resmux_load::report::markdown(&report));
                 reports.push(report);
+            }
+            if reports.is_empty() {
+                // Only cluster scenarios ran: leave the last run's latest.* as they are.
+                return Ok(());
             }
             let summary = run::run_report(reports, &placement);
             let text = serde_json::to_string_pretty(&summary)?;

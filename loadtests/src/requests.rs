@@ -94,7 +94,7 @@ pub struct CacheCounts {
 }
 
 impl CacheCounts {
-    fn add(&mut self, value: Option<&http::HeaderValue>) {
+    pub fn add(&mut self, value: Option<&http::HeaderValue>) {
         match value.map(|v| v.as_bytes()) {
             None => self.absent += 1,
             Some(b"hit") => self.hit += 1,
@@ -105,7 +105,7 @@ impl CacheCounts {
         }
     }
 
-    fn merge(&mut self, o: &CacheCounts) {
+    pub fn merge(&mut self, o: &CacheCounts) {
         self.hit += o.hit;
         self.miss += o.miss;
         self.stale += o.stale;

@@ -167,6 +167,9 @@ pub struct Scenario {
     pub proxy_config: toml::Table,
     /// Merged into every generated `[[upstream]]` (e.g. `max_in_flight = 256`).
     pub upstream_config: toml::Table,
+    /// Makes this a cluster scenario (`resmux-load run cluster`): several replicas of the
+    /// proxy, measured with and without a shared Redis. See [`crate::cluster`].
+    pub cluster: Option<crate::cluster::ClusterSpec>,
 }
 
 impl Default for Scenario {
@@ -197,6 +200,7 @@ impl Default for Scenario {
             principals: Principals::Distinct,
             proxy_config: toml::Table::new(),
             upstream_config: toml::Table::new(),
+            cluster: None,
         }
     }
 }
@@ -268,6 +272,9 @@ impl Scenario {
                 || (self.update_hz.is_finite() && self.update_hz > 0.0 && self.update_hz <= limits::UPDATE_HZ),
             "`update_hz` must be within (0, 100] when there are listeners",
         );
+        if let Some(c) = &self.cluster {
+            p.extend(c.problems(self));
+        }
         p
     }
 

@@ -66,6 +66,8 @@ pub struct Addressing {
     /// Whether URIs and tool names carry the upstream prefix (a proxy with several upstreams).
     prefixed: bool,
     upstreams: usize,
+    /// Whether listeners spread over the endpoints round-robin (replicas of one proxy).
+    round_robin: bool,
 }
 
 /// Name of upstream `i` (also its URI scheme).
@@ -74,6 +76,12 @@ pub fn upstream_name(i: usize) -> String {
 }
 
 impl Addressing {
+    /// Several replicas of one proxy in front of one upstream: listener `i` goes to replica
+    /// `i % replicas.len()` (a round-robin front).
+    pub fn replicas(replicas: Vec<SocketAddr>) -> Self {
+        Self { endpoints: replicas, per_upstream: false, prefixed: false, upstreams: 1, round_robin: true }
+    }
+
     fn endpoint_of(&self, upstream: usize) -> usize {
         if self.per_upstream { upstream } else { 0 }
     }
@@ -111,7 +119,13 @@ impl Addressing {
 
     /// The listen on the first upstream's changing `status` resource.
     pub fn listen(&self) -> (usize, Op) {
-        (self.endpoint_of(0), Op::Listen { uri: self.uri(0, "status") })
+        self.listen_for(0)
+    }
+
+    /// The listen of listener `i`: on the one endpoint, or spread round-robin over replicas.
+    pub fn listen_for(&self, i: usize) -> (usize, Op) {
+        let ep = if self.round_robin { i % self.endpoints.len() } else { self.endpoint_of(0) };
+        (ep, Op::Listen { uri: self.uri(0, "status") })
     }
 }
 
@@ -163,7 +177,13 @@ async fn start_samples(s: &Scenario) -> Result<Vec<SampleHttp>> {
 /// The bytes of a real `resources/read` answer for key 0 (the ceiling serves them).
 async fn read_answer_bytes(s: &Scenario) -> Result<bytes::Bytes> {
     let server = start_sample(sample_spec(s, 0)).await?;
-    let addressing = Addressing { endpoints: vec![server.addr], per_upstream: true, prefixed: false, upstreams: 1 };
+    let addressing = Addressing {
+        endpoints: vec![server.addr],
+        per_upstream: true,
+        prefixed: false,
+        upstreams: 1,
+        round_robin: false,
+    };
     let result = async {
         let mut conn = Conn::open(server.addr, Duration::from_secs(5), None).await?;
         let (_, op) = addressing.read(0);
@@ -201,6 +221,7 @@ impl Target {
                         per_upstream: false,
                         prefixed: false,
                         upstreams: s.upstreams,
+                        round_robin: false,
                     }),
                     samples: Vec::new(),
                     servers: Vec::new(),
@@ -217,6 +238,7 @@ impl Target {
                         per_upstream: true,
                         prefixed: false,
                         upstreams: s.upstreams,
+                        round_robin: false,
                     }),
                     samples: servers.iter().map(|u| u.sample.clone()).collect(),
                     servers,
@@ -244,6 +266,7 @@ impl Target {
                         per_upstream: false,
                         prefixed: s.upstreams > 1,
                         upstreams: s.upstreams,
+                        round_robin: false,
                     }),
                     samples: servers.iter().map(|u| u.sample.clone()).collect(),
                     servers,
@@ -302,7 +325,7 @@ mod tests {
         } else {
             vec![SocketAddr::from(([127, 0, 0, 1], 999))]
         };
-        Addressing { endpoints, per_upstream, prefixed, upstreams }
+        Addressing { endpoints, per_upstream, prefixed, upstreams, round_robin: false }
     }
 
     #[test]
@@ -320,5 +343,8 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(direct.op(Kind::List, 6, &mut rng, &zipf), (2, Op::List));
+        let three = Addressing::replicas((0..3).map(|i| SocketAddr::from(([127, 0, 0, 1], 2000 + i))).collect());
+        assert_eq!(three.listen_for(4), (1, Op::Listen { uri: "up0://status".into() }));
+        assert_eq!(single.listen_for(4).0, 0);
     }
 }

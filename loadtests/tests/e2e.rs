@@ -97,3 +97,45 @@ async fn the_ceiling_runs_as_its_own_process() {
     assert_eq!((report.requests, report.errors), (200, 0), "{:?}", report.failures);
     assert!(report.rps > 0.0);
 }
+
+/// The cluster scenario in miniature: 2 in-process replicas, a few reads, probes and
+/// listeners, without and with a real `redis-server` (Debian's package; `.ci/run` installs
+/// it, `RESMUX_REDIS_SERVER` names another).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_runs_without_and_with_redis() {
+    let mut s = scenario("cluster");
+    s.clients = 4;
+    s.requests = Some(300);
+    s.resources = 50;
+    s.listeners = 12;
+    s.update_hz = 10.0;
+    let c = s.cluster.as_mut().expect("cluster.toml has [cluster]");
+    c.replicas = 2;
+    c.probe_keys = 10;
+    c.changes = 2;
+    c.settle = Dur(Duration::from_millis(500));
+    let report = resmux_load::cluster::run(&s, &Placement::InProcess, None).await;
+    assert_eq!(report.modes.len(), 2);
+    for m in &report.modes {
+        assert_eq!(m.error, None, "{m:#?}");
+        assert_eq!((m.cold.reads, m.cold.errors, m.warm.errors), (300, 0, 0), "{m:#?}");
+        assert_eq!(m.probes.errors, 0, "{m:#?}");
+        // The local hit never goes upstream.
+        assert_eq!(m.probes.upstream_reads[1], 0, "{m:#?}");
+        assert_eq!(m.listen.acked, 12, "{m:#?}");
+        assert_eq!(m.listen.delivered, m.listen.expected, "{m:#?}");
+        assert!(m.listen.expected > 0);
+    }
+    let (without, with) = (&report.modes[0], &report.modes[1]);
+    assert!(!without.redis && with.redis);
+    // Without Redis, replica B fetches every probe key itself; with Redis it reads them from
+    // the L2.
+    assert_eq!(without.probes.upstream_reads[2], 10, "{without:#?}");
+    assert_eq!(with.probes.upstream_reads[2], 0, "{with:#?}");
+    // One upstream listen for the cluster, one per replica without it.
+    assert_eq!(without.listen.upstream_listens_open, 2, "{without:#?}");
+    assert_eq!(with.listen.upstream_listens_open, 1, "{with:#?}");
+    assert!(with.cold.upstream_reads <= without.cold.upstream_reads, "{report:#?}");
+    let md = resmux_load::cluster::markdown(&report);
+    assert!(md.contains("with Redis") && md.contains("without Redis"), "{md}");
+}
