@@ -249,17 +249,25 @@ impl Cluster {
         out[..16].iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    /// Runs `cmd` with the op deadline. While Redis is known to be down it is not tried.
-    async fn query<T: redis::FromRedisValue>(&self, op: &'static str, cmd: &redis::Cmd) -> Result<T, ClusterError> {
+    /// Runs `call` with the op deadline, counting and reporting a failure. While Redis is
+    /// known to be down nothing is tried.
+    async fn bounded<T>(
+        &self,
+        op: &'static str,
+        call: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, ClusterError> {
         if !self.healthy() {
             return Err(ClusterError::Unavailable);
         }
-        let mut conn = self.0.conn.clone();
-        let result = tokio::time::timeout(self.0.config.op_timeout, cmd.query_async::<T>(&mut conn)).await;
+        let result = tokio::time::timeout(self.0.config.op_timeout, call).await;
         self.outcome(op, result)
     }
 
-    /// Runs `script` with the op deadline (see [`Cluster::query`]).
+    async fn query<T: redis::FromRedisValue>(&self, op: &'static str, cmd: &redis::Cmd) -> Result<T, ClusterError> {
+        let mut conn = self.0.conn.clone();
+        self.bounded(op, cmd.query_async::<T>(&mut conn)).await
+    }
+
     async fn eval<T: redis::FromRedisValue>(
         &self,
         op: &'static str,
@@ -267,9 +275,6 @@ impl Cluster {
         keys: &[&str],
         args: &[&[u8]],
     ) -> Result<T, ClusterError> {
-        if !self.healthy() {
-            return Err(ClusterError::Unavailable);
-        }
         let mut invocation = script.prepare_invoke();
         for k in keys {
             invocation.key(*k);
@@ -278,22 +283,16 @@ impl Cluster {
             invocation.arg(*a);
         }
         let mut conn = self.0.conn.clone();
-        let result = tokio::time::timeout(self.0.config.op_timeout, invocation.invoke_async::<T>(&mut conn)).await;
-        self.outcome(op, result)
+        self.bounded(op, invocation.invoke_async::<T>(&mut conn)).await
     }
 
-    /// Runs `pipeline` with the op deadline (see [`Cluster::query`]).
     async fn run_pipeline<T: redis::FromRedisValue>(
         &self,
         op: &'static str,
         pipeline: &redis::Pipeline,
     ) -> Result<T, ClusterError> {
-        if !self.healthy() {
-            return Err(ClusterError::Unavailable);
-        }
         let mut conn = self.0.conn.clone();
-        let done = tokio::time::timeout(self.0.config.op_timeout, pipeline.query_async::<T>(&mut conn)).await;
-        self.outcome(op, done)
+        self.bounded(op, pipeline.query_async::<T>(&mut conn)).await
     }
 
     fn outcome<T>(

@@ -2,6 +2,7 @@
 //! the fill lock), a fill lock taken with set-if-absent and an expiry, and a fill that stores
 //! only when no epoch moved since the fetch began (one script, atomic).
 
+use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 
 use super::value::{SharedValue, now_ms};
@@ -57,14 +58,14 @@ fn owner_bytes(owner: &Owner) -> Vec<u8> {
 }
 
 // KEYS: public value, private value, scope epoch, stream epoch, lock.
-const PROBE: &str = r#"
+const PROBE_LUA: &str = r#"
 local v = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 return {v[1] or false, v[2] or false, v[3] or '0', v[4] or '0', redis.call('EXISTS', KEYS[5])}
 "#;
 
 // KEYS: value, scope epoch, stream epoch, lock. ARGV: payload, px, scope epoch, stream epoch,
 // lock token. Stores only if neither epoch moved; releases the lock if it is still ours.
-const FILL: &str = r#"
+const FILL_LUA: &str = r#"
 local s = redis.call('GET', KEYS[2]) or '0'
 local t = redis.call('GET', KEYS[3]) or '0'
 local stored = 0
@@ -77,24 +78,15 @@ return stored
 "#;
 
 // KEYS: lock. ARGV: token, px (0 = release).
-const EXTEND: &str = r#"
+const EXTEND_LUA: &str = r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if ARGV[2] == '0' then redis.call('DEL', KEYS[1]) else redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 1
 "#;
 
-fn script(text: &'static str) -> &'static redis::Script {
-    use std::sync::OnceLock;
-    static PROBE_S: OnceLock<redis::Script> = OnceLock::new();
-    static FILL_S: OnceLock<redis::Script> = OnceLock::new();
-    static EXTEND_S: OnceLock<redis::Script> = OnceLock::new();
-    let cell = match text {
-        PROBE => &PROBE_S,
-        FILL => &FILL_S,
-        _ => &EXTEND_S,
-    };
-    cell.get_or_init(|| redis::Script::new(text))
-}
+static PROBE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(PROBE_LUA));
+static FILL: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(FILL_LUA));
+static EXTEND: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(EXTEND_LUA));
 
 impl Cluster {
     /// The Redis names for `key` (its partition is ignored: both are probed), for a caller
@@ -118,7 +110,7 @@ impl Cluster {
     pub async fn probe(&self, key: &SharedKey) -> Result<Probe, ClusterError> {
         type Raw = (Option<Vec<u8>>, Option<Vec<u8>>, u64, u64, u8);
         let keys = [&*key.public, &*key.private, &*key.scope_epoch, &*key.stream_epoch, &*key.lock];
-        let (public, private, scope, stream, locked): Raw = self.eval("probe", script(PROBE), &keys, &[]).await?;
+        let (public, private, scope, stream, locked): Raw = self.eval("probe", &PROBE, &keys, &[]).await?;
         let now = now_ms();
         // A change this replica knows of, whether or not Redis has its epoch yet.
         let known = |name: &String| self.0.changed_at.get(name).unwrap_or(0);
@@ -148,13 +140,13 @@ impl Cluster {
     /// Extends the fill lock while the fetch runs (a dead holder's lock expires instead).
     pub async fn extend(&self, key: &SharedKey, token: &str) -> Result<bool, ClusterError> {
         let px = self.0.config.lock_ttl.as_millis().max(1).to_string();
-        let n: u8 = self.eval("extend lock", script(EXTEND), &[&key.lock], &[token.as_bytes(), px.as_bytes()]).await?;
+        let n: u8 = self.eval("extend lock", &EXTEND, &[&key.lock], &[token.as_bytes(), px.as_bytes()]).await?;
         Ok(n == 1)
     }
 
     /// Releases the fill lock without filling (the fetch failed or was not cacheable).
     pub async fn unlock(&self, key: &SharedKey, token: &str) -> Result<(), ClusterError> {
-        let _: u8 = self.eval("unlock", script(EXTEND), &[&key.lock], &[token.as_bytes(), b"0"]).await?;
+        let _: u8 = self.eval("unlock", &EXTEND, &[&key.lock], &[token.as_bytes(), b"0"]).await?;
         Ok(())
     }
 
@@ -173,7 +165,7 @@ impl Cluster {
         let (px, scope, stream) = (px.to_string(), value.epochs.0.to_string(), value.epochs.1.to_string());
         let payload = value.encode();
         let args: [&[u8]; 5] = [&payload, px.as_bytes(), scope.as_bytes(), stream.as_bytes(), token.as_bytes()];
-        let stored: u8 = self.eval("fill", script(FILL), &keys, &args).await?;
+        let stored: u8 = self.eval("fill", &FILL, &keys, &args).await?;
         let stats = &self.0.stats;
         match stored {
             1 => stats.l2_fills.fetch_add(1, Ordering::Relaxed),

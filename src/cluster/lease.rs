@@ -9,6 +9,7 @@
 //! of a deposed holder.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -38,7 +39,7 @@ impl Role {
 }
 
 // KEYS: lease, fence. ARGV: replica, px. Returns the new token, or 0 if another holds it.
-const ACQUIRE: &str = r#"
+const ACQUIRE_LUA: &str = r#"
 local cur = redis.call('GET', KEYS[1])
 if cur then
   local sep = string.find(cur, ':', 1, true)
@@ -53,14 +54,22 @@ redis.call('SET', KEYS[1], ARGV[1] .. ':' .. token, 'PX', ARGV[2])
 return token
 "#;
 
+// KEYS: lease. ARGV: value. Deletes it if it is still ours.
+const RELEASE_LUA: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
 // KEYS: lease. ARGV: value, px. 1 if renewed, 0 if it is no longer ours.
-const RENEW: &str = r#"
+const RENEW_LUA: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
 return 0
 "#;
+
+static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(ACQUIRE_LUA));
+static RENEW: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RENEW_LUA));
+static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RELEASE_LUA));
 
 impl Cluster {
     /// The fencing token this replica holds upstream `index`'s lease with.
@@ -178,7 +187,7 @@ impl Cluster {
             let next = match role {
                 Role::Holder(token) => {
                     let value = format!("{}:{token}", self.0.replica);
-                    let renew = script(RENEW);
+                    let renew = &RENEW;
                     match self.eval::<u8>("renew lease", renew, &[&lease], &[value.as_bytes(), px.as_bytes()]).await {
                         Ok(1) => role,
                         Ok(_) => Role::Follower,
@@ -188,7 +197,7 @@ impl Cluster {
                 }
                 Role::Follower | Role::Solo => {
                     let fence = format!("{tag}:fence");
-                    let acquire = script(ACQUIRE);
+                    let acquire = &ACQUIRE;
                     let args: [&[u8]; 2] = [self.0.replica.as_bytes(), px.as_bytes()];
                     match self.eval::<u64>("acquire lease", acquire, &[&lease, &fence], &args).await {
                         Ok(0) => Role::Follower,
@@ -205,14 +214,6 @@ impl Cluster {
             }
         }
     }
-}
-
-fn script(text: &'static str) -> &'static redis::Script {
-    use std::sync::OnceLock;
-    static ACQUIRE_S: OnceLock<redis::Script> = OnceLock::new();
-    static RENEW_S: OnceLock<redis::Script> = OnceLock::new();
-    let cell = if text == ACQUIRE { &ACQUIRE_S } else { &RENEW_S };
-    cell.get_or_init(|| redis::Script::new(text))
 }
 
 /// Keeps the leases until `cancel`; on the way out, releases the ones held so that another
@@ -233,10 +234,7 @@ pub(super) async fn keeper(cluster: Cluster, cancel: CancellationToken) {
         if let Some(token) = cluster.held_fence(i) {
             let lease = format!("{}:lease", cluster.tag(i));
             let value = format!("{}:{token}", cluster.0.replica);
-            let release = redis::Script::new(
-                "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
-            );
-            let _ = cluster.eval::<u8>("release lease", &release, &[&lease], &[value.as_bytes()]).await;
+            let _ = cluster.eval::<u8>("release lease", &RELEASE, &[&lease], &[value.as_bytes()]).await;
         }
     }
 }
