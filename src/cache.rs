@@ -19,7 +19,9 @@ pub use entry::{Entry, Stored, splice_ttl};
 pub use epochs::{Epochs, Ticket};
 pub use figures::ScopeFigures;
 pub use flight::{FlightKey, Flights};
-pub use key::{CacheKey, CachedMethod, Owner, Partition, canonical_params, canonical_params_with};
+pub use key::{
+    BaseKey, CacheKey, CachedMethod, KeyRef, Owner, Partition, PartitionRef, canonical_params, canonical_params_with,
+};
 pub use watch::Watches;
 
 use crate::config::CacheConfig;
@@ -73,7 +75,7 @@ impl Cache {
             // watch; every store took one.
             .eviction_listener(move |k: Arc<CacheKey>, v: Arc<Entry>, cause: moka::notification::RemovalCause| {
                 if let Some(uri) = &v.watched {
-                    released.release(k.upstream, uri);
+                    released.release(k.base.upstream, uri);
                 }
                 counted.removed(&k, &v, cause.was_evicted());
             })
@@ -96,18 +98,19 @@ impl Cache {
         &self.0.epochs
     }
 
-    /// Looks `key` up in the public partition, then in `owner`'s.
-    pub fn lookup(&self, key: &mut CacheKey, owner: &Owner) -> Lookup {
-        key.partition = Partition::Public;
-        if let found @ (Lookup::Fresh(_) | Lookup::Stale(_)) = self.lookup_one(key) {
+    /// Looks `base` up in the public partition, then in the caller's: `owner` is asked for
+    /// only when the public partition has nothing (an anonymous caller's owner is a digest of
+    /// its `_meta`, which a public hit does not need). Borrowed keys: nothing is cloned.
+    pub fn lookup<'o>(&self, base: &BaseKey, owner: impl FnOnce() -> &'o Owner) -> Lookup {
+        let public = KeyRef { base, partition: PartitionRef::Public };
+        if let found @ (Lookup::Fresh(_) | Lookup::Stale(_)) = self.lookup_one(public) {
             return found;
         }
-        key.partition = Partition::Private(owner.clone());
-        self.lookup_one(key)
+        self.lookup_one(KeyRef { base, partition: PartitionRef::Private(owner()) })
     }
 
-    fn lookup_one(&self, key: &CacheKey) -> Lookup {
-        let Some(entry) = self.0.store.get(key) else {
+    fn lookup_one(&self, key: KeyRef<'_>) -> Lookup {
+        let Some(entry) = self.0.store.get(&key) else {
             return Lookup::Miss;
         };
         let now = Instant::now();
@@ -118,7 +121,7 @@ impl Cache {
         } else if age < entry.ttl + entry.stale_window {
             Lookup::Stale(entry)
         } else {
-            self.0.store.invalidate(key);
+            self.0.store.invalidate(&key);
             Lookup::Miss
         }
     }
@@ -132,11 +135,19 @@ impl Cache {
         Duration::from_millis(ttl_ms).clamp(self.0.config.min_ttl, self.0.config.max_ttl)
     }
 
-    /// Stores `stored` under `key` (whose partition the caller set from the result's scope),
-    /// unless it is too large or not worth keeping. Returns whether it was stored. `watch`
-    /// names the upstream URI to keep in the upstream's standing listen while it is cached.
-    pub fn store(&self, key: CacheKey, stored: Stored, ttl: Duration, ticket: Ticket, watch: Option<&str>) -> bool {
-        self.store_aged(key, stored, ttl, ticket, watch, Duration::ZERO)
+    /// Stores `stored` under `base` in `partition` (the result's scope), unless it is too
+    /// large or not worth keeping. Returns whether it was stored. `watch` names the upstream
+    /// URI to keep in the upstream's standing listen while it is cached.
+    pub fn store(
+        &self,
+        base: BaseKey,
+        partition: Partition,
+        stored: Stored,
+        ttl: Duration,
+        ticket: Ticket,
+        watch: Option<&str>,
+    ) -> bool {
+        self.store_aged(base.in_partition(partition), stored, ttl, ticket, watch, Duration::ZERO)
     }
 
     /// [`Cache::store`] for an answer fetched `age` ago (by another replica): it goes stale
@@ -167,7 +178,7 @@ impl Cache {
             watched: watch.map(Box::from),
         };
         if let Some(uri) = watch {
-            self.0.watches.retain(key.upstream, uri);
+            self.0.watches.retain(key.base.upstream, uri);
         }
         self.0.figures.stored(&key, &entry);
         self.0.store.insert(key, Arc::new(entry));
@@ -203,14 +214,8 @@ impl Cache {
 mod tests {
     use super::*;
 
-    fn key() -> CacheKey {
-        CacheKey {
-            upstream: 0,
-            method: CachedMethod::ResourcesRead,
-            era: 0,
-            params: r#"{"uri":"a://x"}"#.into(),
-            partition: Partition::Public,
-        }
+    fn key() -> BaseKey {
+        BaseKey { upstream: 0, method: CachedMethod::ResourcesRead, era: 0, params: r#"{"uri":"a://x"}"#.into() }
     }
 
     #[tokio::test(start_paused = true)]
@@ -219,14 +224,42 @@ mod tests {
         let cache = Cache::new(config, 1);
         let ticket = cache.epochs().ticket(0, CachedMethod::ResourcesRead, Some("a://x"));
         let stored = Stored::result(b"{}").unwrap();
-        assert!(cache.store(key(), stored, Duration::from_secs(1), ticket, None));
+        assert!(cache.store(key(), Partition::Public, stored, Duration::from_secs(1), ticket, None));
         let owner = Owner::Anonymous([0; 16]);
-        assert!(matches!(cache.lookup(&mut key(), &owner), Lookup::Fresh(_)));
+        assert!(matches!(cache.lookup(&key(), || &owner), Lookup::Fresh(_)));
         tokio::time::advance(Duration::from_millis(999)).await;
-        assert!(matches!(cache.lookup(&mut key(), &owner), Lookup::Fresh(_)));
+        assert!(matches!(cache.lookup(&key(), || &owner), Lookup::Fresh(_)));
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert!(matches!(cache.lookup(&mut key(), &owner), Lookup::Stale(_)), "stale at its TTL");
+        assert!(matches!(cache.lookup(&key(), || &owner), Lookup::Stale(_)), "stale at its TTL");
         tokio::time::advance(Duration::from_secs(2)).await;
-        assert!(matches!(cache.lookup(&mut key(), &owner), Lookup::Miss), "gone past the stale window");
+        assert!(matches!(cache.lookup(&key(), || &owner), Lookup::Miss), "gone past the stale window");
+    }
+
+    #[test]
+    fn a_public_hit_never_asks_for_the_owner_and_a_private_entry_is_its_owners_alone() {
+        let cache = Cache::new(CacheConfig::default(), 1);
+        let ticket = || cache.epochs().ticket(0, CachedMethod::ResourcesRead, Some("a://x"));
+        let (alice, bob) = (Owner::Anonymous([1; 16]), Owner::Anonymous([2; 16]));
+        let private = BaseKey { params: r#"{"uri":"a://p"}"#.into(), ..key() };
+        let stored = || Stored::result(b"{}").unwrap();
+        assert!(cache.store(key(), Partition::Public, stored(), Duration::from_secs(60), ticket(), None));
+        assert!(cache.store(
+            private.clone(),
+            Partition::Private(alice.clone()),
+            stored(),
+            Duration::from_secs(60),
+            ticket(),
+            None
+        ));
+        let asked = std::cell::Cell::new(0);
+        let ask = |o| {
+            asked.set(asked.get() + 1);
+            o
+        };
+        assert!(matches!(cache.lookup(&key(), || ask(&bob)), Lookup::Fresh(_)));
+        assert_eq!(asked.get(), 0, "a public hit needs no owner");
+        assert!(matches!(cache.lookup(&private, || ask(&alice)), Lookup::Fresh(_)));
+        assert!(matches!(cache.lookup(&private, || ask(&bob)), Lookup::Miss));
+        assert_eq!(asked.get(), 2);
     }
 }

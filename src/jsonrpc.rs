@@ -10,7 +10,10 @@ mod incoming;
 mod raw_object;
 mod rpc_error;
 
-pub use encode::{encode_error, encode_notification, encode_request, encode_result, write_json_string};
+pub use encode::{
+    ResultText, encode_error, encode_notification, encode_request, encode_result, encode_result_text,
+    write_json_string, write_spliced,
+};
 pub use incoming::{DEFAULT_MAX_DEPTH, Incoming, Kind, MAX_DEPTH_LIMIT, MessageError, RequestId, depth_exceeds};
 pub use raw_object::{RawObject, raw_str};
 pub use rpc_error::{RpcError, code};

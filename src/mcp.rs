@@ -38,6 +38,15 @@ pub const H_METHOD: &str = "mcp-method";
 pub const H_NAME: &str = "mcp-name";
 /// Legacy HTTP header naming the session minted at `initialize`.
 pub const H_SESSION_ID: &str = "mcp-session-id";
+/// The mirrored headers as header names, for lookups on every request: a `&str` name is
+/// parsed and lower-cased again on each `HeaderMap::get`, a `HeaderName` is not.
+pub mod header_name {
+    use http::HeaderName;
+    pub const PROTOCOL_VERSION: HeaderName = HeaderName::from_static(super::H_PROTOCOL_VERSION);
+    pub const METHOD: HeaderName = HeaderName::from_static(super::H_METHOD);
+    pub const NAME: HeaderName = HeaderName::from_static(super::H_NAME);
+    pub const SESSION_ID: HeaderName = HeaderName::from_static(super::H_SESSION_ID);
+}
 /// Prefix of the headers mirroring annotated tool arguments.
 pub const H_PARAM_PREFIX: &str = "mcp-param-";
 

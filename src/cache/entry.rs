@@ -7,7 +7,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::epochs::Ticket;
-use crate::jsonrpc::RawObject;
+use crate::jsonrpc::{RawObject, ResultText};
 
 /// A stored answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,18 +54,10 @@ impl Stored {
     }
 }
 
-/// Writes a stored result with `ttlMs` set to `ttl_ms`.
-pub fn splice_ttl(tail: &[u8], ttl_ms: u64) -> Bytes {
-    let mut digits = itoa::Buffer::new();
-    let digits = digits.format(ttl_ms).as_bytes();
-    let mut out = Vec::with_capacity(tail.len() + digits.len() + 12);
-    out.extend_from_slice(b"{\"ttlMs\":");
-    out.extend_from_slice(digits);
-    if tail.first() != Some(&b'}') {
-        out.push(b',');
-    }
-    out.extend_from_slice(tail);
-    Bytes::from(out)
+/// A stored result with `ttlMs` set to `ttl_ms`, still in parts: written once, where it is
+/// sent (see [`ResultText`]).
+pub fn splice_ttl(tail: &Bytes, ttl_ms: u64) -> ResultText {
+    ResultText::Spliced { ttl_ms, tail: tail.clone() }
 }
 
 /// One cache entry.
@@ -116,12 +108,12 @@ mod tests {
         else {
             panic!()
         };
-        let out = splice_ttl(&tail, 1234);
+        let out = splice_ttl(&tail, 1234).into_bytes();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["ttlMs"], 1234);
         assert_eq!(v["cacheScope"], "public");
         let Stored::Result { tail } = Stored::result(b"{}").unwrap() else { panic!() };
-        assert_eq!(&splice_ttl(&tail, 5)[..], br#"{"ttlMs":5}"#);
+        assert_eq!(&splice_ttl(&tail, 5).into_bytes()[..], br#"{"ttlMs":5}"#);
         assert!(Stored::result(b"[1]").is_none());
     }
 

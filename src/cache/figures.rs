@@ -36,13 +36,13 @@ impl Figures {
     }
 
     pub(super) fn stored(&self, key: &CacheKey, entry: &Entry) {
-        if let Some(slot) = self.0.get(key.upstream as usize) {
+        if let Some(slot) = self.0.get(key.base.upstream as usize) {
             slot.bytes[scope(key)].fetch_add(weight(key, entry), Relaxed);
         }
     }
 
     pub(super) fn removed(&self, key: &CacheKey, entry: &Entry, evicted: bool) {
-        if let Some(slot) = self.0.get(key.upstream as usize) {
+        if let Some(slot) = self.0.get(key.base.upstream as usize) {
             slot.bytes[scope(key)].fetch_sub(weight(key, entry), Relaxed);
             if evicted {
                 slot.evictions[scope(key)].fetch_add(1, Relaxed);

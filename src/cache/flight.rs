@@ -69,17 +69,12 @@ impl<T: Clone + Send + Sync + 'static> Flights<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::{CachedMethod, Partition};
+    use crate::cache::{BaseKey, CachedMethod, Partition};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn test_key() -> FlightKey {
-        CacheKey {
-            upstream: 0,
-            method: CachedMethod::ResourcesRead,
-            era: 0,
-            params: "k".into(),
-            partition: Partition::Public,
-        }
+        BaseKey { upstream: 0, method: CachedMethod::ResourcesRead, era: 0, params: "k".into() }
+            .in_partition(Partition::Public)
     }
 
     #[tokio::test]

@@ -31,13 +31,48 @@ impl CachedMethod {
     }
 }
 
-/// Who may see an entry.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// Who may see an entry: the partition of a stored key.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Partition {
     /// `cacheScope: public`: anyone.
     Public,
     /// `private` (or no scope): only this owner.
     Private(Owner),
+}
+
+impl Hash for Partition {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        PartitionRef::from(self).hash(state);
+    }
+}
+
+/// A partition to look in, borrowed: hashes and compares like the [`Partition`] it names, so
+/// a lookup needs no owned key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitionRef<'a> {
+    Public,
+    Private(&'a Owner),
+}
+
+impl Hash for PartitionRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        match self {
+            PartitionRef::Public => state.write_u8(0),
+            PartitionRef::Private(owner) => {
+                state.write_u8(1);
+                owner.hash(state);
+            }
+        }
+    }
+}
+
+impl<'a> From<&'a Partition> for PartitionRef<'a> {
+    fn from(p: &'a Partition) -> Self {
+        match p {
+            Partition::Public => PartitionRef::Public,
+            Partition::Private(owner) => PartitionRef::Private(owner),
+        }
+    }
 }
 
 /// Whose private results these are.
@@ -50,33 +85,67 @@ pub enum Owner {
     Anonymous([u8; 16]),
 }
 
-/// A cache key. Its partition is set at lookup (public first, then the caller's) and at store
-/// (from the result's scope).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CacheKey {
+/// What a request asks, the same for every caller: upstream, method, protocol era and
+/// canonical params. A stored entry's key is a base key plus a [`Partition`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BaseKey {
     pub upstream: u32,
     pub method: CachedMethod,
     /// Protocol era of the upstream at fetch time (its version's index).
     pub era: u8,
     /// Canonical params: top-level keys sorted, `_meta` dropped, values verbatim.
     pub params: Box<str>,
+}
+
+impl BaseKey {
+    /// The stored key of this base in `partition`.
+    pub fn in_partition(self, partition: Partition) -> CacheKey {
+        CacheKey { base: self, partition }
+    }
+}
+
+/// A stored entry's key: what was asked, and who may see the answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheKey {
+    pub base: BaseKey,
     pub partition: Partition,
 }
 
 impl Hash for CacheKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.upstream.hash(state);
-        self.method.hash(state);
-        self.era.hash(state);
-        self.params.hash(state);
+        KeyRef { base: &self.base, partition: PartitionRef::from(&self.partition) }.hash(state);
+    }
+}
+
+/// A key to look up, borrowed from the request's base key and the caller's owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRef<'a> {
+    pub base: &'a BaseKey,
+    pub partition: PartitionRef<'a>,
+}
+
+impl Hash for KeyRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.base.hash(state);
         self.partition.hash(state);
+    }
+}
+
+impl moka::Equivalent<CacheKey> for KeyRef<'_> {
+    fn equivalent(&self, key: &CacheKey) -> bool {
+        *self.base == key.base && self.partition == PartitionRef::from(&key.partition)
     }
 }
 
 impl CacheKey {
     /// Bytes this key costs in the store.
     pub fn weight(&self) -> usize {
-        std::mem::size_of::<Self>() + self.params.len()
+        std::mem::size_of::<Self>() + self.base.params.len()
+    }
+
+    /// The upstream slot the key belongs to.
+    pub fn upstream(&self) -> u32 {
+        self.base.upstream
     }
 }
 
@@ -93,20 +162,41 @@ pub fn canonical_params_with(params: &RawObject<'_>, key: &str, value: Option<&s
 }
 
 fn canonical(params: &RawObject<'_>, edit: Option<(&str, Option<&str>)>) -> Box<str> {
+    #[derive(Clone, Copy)]
     enum Val<'a> {
         Raw(&'a str),
         Str(&'a str),
     }
-    let mut entries: Vec<(&str, Val<'_>)> = params
+    // Request params hold a handful of keys: sorted on the stack, a Vec only past `SMALL`.
+    const SMALL: usize = 8;
+    let kept = params
         .iter()
         .filter(|(k, _)| *k != "_meta" && edit.is_none_or(|(ek, _)| ek != *k))
-        .map(|(k, v)| (k, Val::Raw(v.get())))
-        .collect();
-    if let Some((k, Some(v))) = edit {
-        entries.push((k, Val::Str(v)));
+        .map(|(k, v)| (k, Val::Raw(v.get())));
+    let added = edit.and_then(|(k, v)| v.map(|v| (k, Val::Str(v))));
+    let mut small = [("", Val::Raw("")); SMALL];
+    let mut large = Vec::new();
+    let mut n = 0;
+    for entry in kept.chain(added) {
+        if n < SMALL {
+            small[n] = entry;
+        } else {
+            if n == SMALL {
+                large.extend_from_slice(&small);
+            }
+            large.push(entry);
+        }
+        n += 1;
     }
+    let entries = if n <= SMALL { &mut small[..n] } else { &mut large[..] };
     entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-    let mut out = Vec::with_capacity(64);
+    // Exact when no key or edited value needs escaping, so the box needs no shrinking.
+    let value_len = |v: &Val<'_>| match v {
+        Val::Raw(r) => r.len(),
+        Val::Str(s) => s.len() + 2,
+    };
+    let size = 2 + n.saturating_sub(1) + entries.iter().map(|(k, v)| k.len() + 3 + value_len(v)).sum::<usize>();
+    let mut out = Vec::with_capacity(size);
     out.push(b'{');
     for (i, (k, v)) in entries.iter().enumerate() {
         if i > 0 {

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::value::{SharedValue, now_ms};
 use super::{Cluster, ClusterError};
-use crate::cache::{CacheKey, CachedMethod, Owner};
+use crate::cache::{BaseKey, CachedMethod, Owner};
 
 /// The Redis names of one cache key.
 #[derive(Debug, Clone)]
@@ -89,9 +89,9 @@ static FILL: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(FILL_
 static EXTEND: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(EXTEND_LUA));
 
 impl Cluster {
-    /// The Redis names for `key` (its partition is ignored: both are probed), for a caller
-    /// `owner`, reading `uri` when it is a read.
-    pub fn shared_key(&self, key: &CacheKey, uri: Option<&str>, owner: &Owner) -> SharedKey {
+    /// The Redis names for `key` (both partitions are probed), for a caller `owner`, reading
+    /// `uri` when it is a read.
+    pub fn shared_key(&self, key: &BaseKey, uri: Option<&str>, owner: &Owner) -> SharedKey {
         let tag = self.tag(key.upstream as usize);
         let method = [list_epoch_index(key.method)];
         let era = [key.era];

@@ -173,13 +173,10 @@ impl Endpoint {
             }
             return plain(StatusCode::NOT_FOUND, "not found");
         }
-        let authority = req
-            .uri()
-            .authority()
-            .map(|a| a.as_str().to_owned())
-            .or_else(|| req.headers().get(HOST).and_then(|h| h.to_str().ok()).map(str::to_owned));
+        let authority =
+            req.uri().authority().map(|a| a.as_str()).or_else(|| req.headers().get(HOST).and_then(|h| h.to_str().ok()));
         if let Some(host) = authority
-            && !self.0.policy.host_allowed(&host)
+            && !self.0.policy.host_allowed(host)
         {
             self.0.metrics.rejection(Rejection::Host);
             return respond::error(None, DownstreamError::HostNotAllowed.into());
@@ -204,7 +201,7 @@ impl Endpoint {
         }
         // GET and DELETE belong to legacy sessions; without a session id they are the modern
         // endpoint's 405.
-        if let Some(session) = req.headers().get(mcp::H_SESSION_ID) {
+        if let Some(session) = req.headers().get(&mcp::header_name::SESSION_ID) {
             if req.method() == Method::GET {
                 return legacy::http::get(&self.0.legacy, &self.0.sessions, req.headers(), session, &principal).await;
             }
@@ -218,7 +215,7 @@ impl Endpoint {
             return resp;
         }
         if let Some(ct) = req.headers().get(CONTENT_TYPE)
-            && !ct.to_str().is_ok_and(|v| v.trim_start().to_ascii_lowercase().starts_with("application/json"))
+            && !ct.to_str().is_ok_and(is_json_media_type)
         {
             return respond::error(None, DownstreamError::UnsupportedMediaType.into());
         }
@@ -256,13 +253,14 @@ impl Endpoint {
         };
         // Only an `initialize` or a request naming a session can be legacy; checking the shape
         // first keeps the modern hot path to one parse of the params.
-        let maybe_legacy = msg.method() == legacy_method::INITIALIZE || parts.headers.contains_key(mcp::H_SESSION_ID);
+        let maybe_legacy =
+            msg.method() == legacy_method::INITIALIZE || parts.headers.contains_key(&mcp::header_name::SESSION_ID);
         if maybe_legacy && !validate::is_modern(&msg) {
             crate::telemetry::record_method(msg.method());
             if msg.kind == Kind::Request && msg.method() == legacy_method::INITIALIZE {
                 return legacy::http::initialize(&self.0.legacy, &self.0.sessions, &msg, &principal).await;
             }
-            if let Some(session) = parts.headers.get(mcp::H_SESSION_ID) {
+            if let Some(session) = parts.headers.get(&mcp::header_name::SESSION_ID) {
                 return legacy::http::post(&self.0.legacy, &self.0.sessions, &parts.headers, session, &msg, &principal)
                     .await;
             }
@@ -300,4 +298,11 @@ impl Endpoint {
             }
         }
     }
+}
+
+/// Whether a `Content-Type` value names `application/json` (case-insensitive, parameters
+/// allowed), checked without allocating.
+fn is_json_media_type(value: &str) -> bool {
+    const JSON: &str = "application/json";
+    value.trim_start().get(..JSON.len()).is_some_and(|head| head.eq_ignore_ascii_case(JSON))
 }

@@ -54,7 +54,8 @@ impl Legacy {
         let version = negotiate(params.get_str("protocolVersion").as_deref());
         let call = Call::new(m::DISCOVER, RawObject::default(), RawObject::default(), principal);
         let discovered = self.router.handle(&call).await?;
-        let body = discovered.outcome.map_err(|e| Error::Internal(format!("server/discover failed: {e}")))?;
+        let body =
+            discovered.outcome.map_err(|e| Error::Internal(format!("server/discover failed: {e}")))?.into_bytes();
         let discover: Value = serde_json::from_slice(&body).map_err(|e| Error::Internal(e.to_string()))?;
         let mut result = json!({
             "protocolVersion": version,

@@ -30,13 +30,14 @@ impl OriginPolicy {
         self.origins.iter().any(|a| a == "*" || a.eq_ignore_ascii_case(origin))
     }
 
-    /// Whether a `Host` (authority) value is allowed.
+    /// Whether a `Host` (authority) value is allowed. Compared case-insensitively without
+    /// allocating (this runs on every request).
     pub fn host_allowed(&self, authority: &str) -> bool {
-        let host = strip_port(authority).to_ascii_lowercase();
+        let host = strip_port(authority);
         if !self.hosts.is_empty() {
-            return self.hosts.iter().any(|h| *h == host || h == "*");
+            return self.hosts.iter().any(|h| h.eq_ignore_ascii_case(host) || h == "*");
         }
-        !self.loopback_only_hosts || LOOPBACK_HOSTS.contains(&host.as_str())
+        !self.loopback_only_hosts || LOOPBACK_HOSTS.iter().any(|l| l.eq_ignore_ascii_case(host))
     }
 }
 
@@ -86,6 +87,7 @@ mod tests {
         assert!(!p.origin_allowed("null"));
         assert!(p.host_allowed("127.0.0.1:8080"));
         assert!(p.host_allowed("localhost"));
+        assert!(p.host_allowed("LocalHost:8080"));
         assert!(!p.host_allowed("evil.example:8080"));
     }
 
@@ -96,6 +98,7 @@ mod tests {
         assert!(p.origin_allowed("https://app.example"));
         assert!(!p.origin_allowed("http://localhost"));
         assert!(p.host_allowed("mcp.example:443"));
+        assert!(p.host_allowed("MCP.Example"));
         assert!(!p.host_allowed("other.example"));
         let open = OriginPolicy::new(&[], &[], "0.0.0.0:1".parse().unwrap());
         assert!(open.host_allowed("anything"));

@@ -13,7 +13,7 @@ use super::framing::Framing;
 use super::listen::sse_response;
 use super::validate::{self, Body};
 use crate::auth::Principal;
-use crate::jsonrpc::{Incoming, RawObject, RequestId, encode_error, encode_result};
+use crate::jsonrpc::{Incoming, RawObject, RequestId, encode_error, encode_result_text};
 use crate::mcp::method as m;
 use crate::router::{Answer, Call, Router};
 
@@ -59,7 +59,7 @@ where
 /// The JSON-RPC response to a routed request.
 pub(super) fn encode_answer(id: &RequestId, answer: Result<Answer, crate::error::Error>) -> Bytes {
     match answer {
-        Ok(Answer { outcome: Ok(result), .. }) => encode_result(id, &result),
+        Ok(Answer { outcome: Ok(result), .. }) => encode_result_text(id, &result),
         Ok(Answer { outcome: Err(e), .. }) => encode_error(Some(id), &e),
         Err(e) => encode_error(Some(id), &e.to_jsonrpc().1),
     }

@@ -31,7 +31,8 @@ pub const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// Who a bucket belongs to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Key {
-    Principal(Arc<str>),
+    /// Equal and hashed by its id; cloned as a reference count, so a check allocates nothing.
+    Principal(Principal),
     Peer(IpAddr),
     Anonymous,
 }
@@ -57,7 +58,7 @@ impl RateLimit {
     pub fn check(&self, principal: &Principal, peer: Option<IpAddr>) -> Result<(), Duration> {
         let Some(limiter) = &self.0 else { return Ok(()) };
         let key = match (principal.identity(), peer) {
-            (Some(id), _) => Key::Principal(Arc::from(id.id.as_str())),
+            (Some(_), _) => Key::Principal(principal.clone()),
             (None, Some(ip)) => Key::Peer(crate::downstream::listener::ip_key(ip)),
             (None, None) => Key::Anonymous,
         };

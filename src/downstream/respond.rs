@@ -8,18 +8,21 @@ use http::{HeaderValue, Response, StatusCode};
 use super::body::{Body, full};
 use super::validate::Rejected;
 use crate::error::Error;
-use crate::jsonrpc::{RequestId, encode_error, encode_result};
+use crate::jsonrpc::{RequestId, encode_error, encode_result_text};
 use crate::router::Answer;
 
 /// Response header naming how the cache took part.
 pub const H_CACHE: &str = "resmux-cache";
+
+/// [`H_CACHE`] as a header name, validated once at compile time rather than per answer.
+const CACHE_HEADER: http::HeaderName = http::HeaderName::from_static(H_CACHE);
 
 pub type Resp = Response<Body>;
 
 /// A routed answer: 200 with the result or the relayed error, and the cache headers.
 pub fn answer(id: &RequestId, answer: Answer) -> Resp {
     let (status, body) = match &answer.outcome {
-        Ok(result) => (StatusCode::OK, encode_result(id, result)),
+        Ok(result) => (StatusCode::OK, encode_result_text(id, result)),
         Err(err) => {
             let status = StatusCode::from_u16(err.downstream_status()).unwrap_or(StatusCode::OK);
             (status, encode_error(Some(id), err))
@@ -27,7 +30,7 @@ pub fn answer(id: &RequestId, answer: Answer) -> Resp {
     };
     let mut resp = json(status, body);
     let h = resp.headers_mut();
-    h.insert(H_CACHE, HeaderValue::from_static(answer.cache.as_str()));
+    h.insert(CACHE_HEADER, HeaderValue::from_static(answer.cache.as_str()));
     if let Some(age) = answer.age {
         h.insert(http::header::AGE, HeaderValue::from(age));
     }

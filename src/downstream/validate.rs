@@ -63,8 +63,7 @@ fn check_with<'a>(headers: Option<&HeaderMap>, msg: &'a Incoming<'a>) -> Result<
     let meta_raw = params.get_borrowed("_meta").ok_or_else(|| missing("params._meta"))?;
     let meta = RawObject::parse(meta_raw)
         .map_err(|_| reject(Some(id), DownstreamError::MissingMeta("`_meta` must be an object".into())))?;
-    let version =
-        meta.get_str(mcp::META_PROTOCOL_VERSION).ok_or_else(|| missing(mcp::META_PROTOCOL_VERSION))?.into_owned();
+    let version = meta.get_str(mcp::META_PROTOCOL_VERSION).ok_or_else(|| missing(mcp::META_PROTOCOL_VERSION))?;
     match meta.get(mcp::META_CLIENT_CAPABILITIES) {
         Some(caps) if caps.get().starts_with('{') => {}
         Some(_) => {
@@ -79,11 +78,11 @@ fn check_with<'a>(headers: Option<&HeaderMap>, msg: &'a Incoming<'a>) -> Result<
     if let Some(headers) = headers {
         check_headers(headers, id, method, &version, &params)?;
     }
-    if !mcp::SUPPORTED_MODERN.contains(&version.as_str()) {
+    if !mcp::SUPPORTED_MODERN.contains(&&*version) {
         return Err(reject(
             Some(id),
             DownstreamError::UnsupportedVersion {
-                requested: version,
+                requested: version.into_owned(),
                 supported: mcp::SUPPORTED_MODERN.iter().map(|s| s.to_string()).collect(),
             },
         ));
@@ -103,22 +102,22 @@ fn check_headers(
     params: &RawObject<'_>,
 ) -> Result<(), Rejected> {
     let mismatch = |m: String| reject(Some(id), DownstreamError::HeaderMismatch(m));
-    let header = |name: &str| -> Result<std::borrow::Cow<'_, str>, Rejected> {
+    let header = |name: &http::HeaderName| -> Result<std::borrow::Cow<'_, str>, Rejected> {
         let raw = headers.get(name).ok_or_else(|| mismatch(format!("missing {name} header")))?;
         header_value::decode(raw.as_bytes()).map_err(|e| mismatch(format!("{name} header: {e}")))
     };
-    let h_version = header(mcp::H_PROTOCOL_VERSION)?;
+    let h_version = header(&mcp::header_name::PROTOCOL_VERSION)?;
     if h_version != version {
         return Err(mismatch(format!(
             "MCP-Protocol-Version header value '{h_version}' does not match body value '{version}'"
         )));
     }
-    let h_method = header(mcp::H_METHOD)?;
+    let h_method = header(&mcp::header_name::METHOD)?;
     if h_method != method {
         return Err(mismatch(format!("Mcp-Method header value '{h_method}' does not match body value '{method}'")));
     }
     if let Some(field) = mcp::name_param(method) {
-        let h_name = header(mcp::H_NAME)?;
+        let h_name = header(&mcp::header_name::NAME)?;
         let body_name = params.get_str(field);
         if body_name.as_deref() != Some(&*h_name) {
             return Err(mismatch(format!(

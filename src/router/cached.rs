@@ -8,19 +8,18 @@ use bytes::Bytes;
 
 use super::shared::FromShared;
 use super::{CacheStatus, Call, Router};
-use crate::cache::{
-    CacheKey, CachedMethod, Entry, Lookup, Owner, Partition, Stored, canonical_params_with, splice_ttl,
-};
+use crate::cache::{BaseKey, CachedMethod, Entry, Lookup, Owner, Partition, Stored, canonical_params_with, splice_ttl};
 use crate::cluster::SharedValue;
 use crate::error::Error;
-use crate::jsonrpc::{RawObject, RpcError};
+use crate::jsonrpc::{RawObject, ResultText, RpcError};
 use crate::telemetry;
 
 /// An answer from one upstream, as the router works with it.
 #[derive(Debug, Clone)]
 pub(super) enum Got {
-    /// A result in downstream form (namespaced), with its `ttlMs`.
-    Result(Bytes),
+    /// A result in downstream form (namespaced), with its `ttlMs` (spliced in as it is
+    /// written, for a cached one).
+    Result(ResultText),
     /// "Resource not found".
     NotFound,
     /// The upstream's own error, relayed (never cached).
@@ -85,10 +84,9 @@ pub(super) fn is_mrtr_retry(params: &RawObject<'_>) -> bool {
 }
 
 impl Router {
-    /// The key of a request to upstream `index` with downstream params edited by `edit`.
-    /// The key of a request to upstream `index`: the downstream params with `key` set to the
-    /// string `value` (or removed, for `None`), canonicalized. Computed without copying the
-    /// params: this runs on every hit.
+    /// The base key of a request to upstream `index`: the downstream params with `key` set
+    /// to the string `value` (or removed, for `None`), canonicalized. Computed without copying
+    /// the params object: this runs on every hit.
     pub(super) fn cache_key(
         &self,
         call: &Call<'_>,
@@ -96,13 +94,12 @@ impl Router {
         method: CachedMethod,
         key: &str,
         value: Option<&str>,
-    ) -> CacheKey {
-        CacheKey {
+    ) -> BaseKey {
+        BaseKey {
             upstream: index as u32,
             method,
             era: self.0.upstreams[index].cache_era(),
             params: canonical_params_with(&call.params, key, value),
-            partition: Partition::Public,
         }
     }
 
@@ -111,7 +108,7 @@ impl Router {
     pub(super) async fn through_cache<F, Fut>(
         &self,
         call: &Call<'_>,
-        mut key: CacheKey,
+        key: BaseKey,
         uri: Option<&str>,
         fetch: F,
     ) -> Result<Served, Error>
@@ -124,9 +121,11 @@ impl Router {
             telemetry::record_cache("bypass");
             return Ok(Served::fresh(fetch().await?, CacheStatus::Bypass));
         }
-        let owner = call.owner();
-        let principal = &owner;
-        let stale = match self.0.cache.lookup(&mut key, principal) {
+        // Whose private entries these are: computed once, and only when the public partition
+        // has nothing (for an anonymous caller it is a digest of the request's `_meta`).
+        let owner = std::sync::OnceLock::new();
+        let owner_of = || owner.get_or_init(|| call.owner());
+        let stale = match self.0.cache.lookup(&key, owner_of) {
             Lookup::Fresh(entry) => {
                 upstream.meter().cache_hit(entry.public);
                 telemetry::record_cache("hit");
@@ -135,15 +134,17 @@ impl Router {
             Lookup::Stale(entry) => Some(entry),
             Lookup::Miss => None,
         };
-        key.partition = Partition::Public;
-        let (mut outcome, mut led) = self.0.flights.run(key.clone(), || self.lead(&key, uri, principal, &fetch)).await;
+        let principal = owner_of();
+        // One flight per key for everyone first (a public answer is shared by all callers).
+        let flight = key.clone().in_partition(Partition::Public);
+        let (mut outcome, mut led) = self.0.flights.run(flight, || self.lead(&key, uri, principal, &fetch)).await;
         // A private outcome belongs to the leader's owner alone: fetch our own.
         if let Ok(shared) = &outcome
             && !shared.served.public
             && shared.leader != *principal
         {
-            key.partition = Partition::Private(principal.clone());
-            (outcome, led) = self.0.flights.run(key.clone(), || self.lead(&key, uri, principal, &fetch)).await;
+            let flight = key.clone().in_partition(Partition::Private(principal.clone()));
+            (outcome, led) = self.0.flights.run(flight, || self.lead(&key, uri, principal, &fetch)).await;
         }
         match outcome {
             Ok(shared) => {
@@ -168,7 +169,7 @@ impl Router {
 
     /// The flight leader: takes the invalidation ticket, fetches (through the cluster tier
     /// when there is one), stores what is cacheable.
-    async fn lead<F, Fut>(&self, key: &CacheKey, uri: Option<&str>, principal: &Owner, fetch: &F) -> Shared
+    async fn lead<F, Fut>(&self, key: &BaseKey, uri: Option<&str>, principal: &Owner, fetch: &F) -> Shared
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<Fetched, Error>>,
@@ -192,14 +193,13 @@ impl Router {
         };
         if let Some(stored) = fetched.stored.take().filter(|_| may_store) {
             let (ttl, public) = ttl_of(&fetched, &stored);
-            let mut k = key.clone();
-            k.partition = if public { Partition::Public } else { Partition::Private(principal.clone()) };
+            let partition = if public { Partition::Public } else { Partition::Private(principal.clone()) };
             let tail = match &stored {
                 Stored::Result { tail } => Some(tail.clone()),
                 _ => None,
             };
             let watch = self.watched_uri(key, uri, &stored);
-            if cache.store(k, stored, ttl, ticket, watch) {
+            if cache.store(key.clone(), partition, stored, ttl, ticket, watch) {
                 let ttl_ms = ttl.as_millis() as u64;
                 fetched.ttl_ms = ttl_ms;
                 if let Some(tail) = tail {
@@ -211,7 +211,7 @@ impl Router {
     }
 
     /// A cached read stays watched on an upstream that can tell when it changes.
-    fn watched_uri<'u>(&self, key: &CacheKey, uri: Option<&'u str>, stored: &Stored) -> Option<&'u str> {
+    fn watched_uri<'u>(&self, key: &BaseKey, uri: Option<&'u str>, stored: &Stored) -> Option<&'u str> {
         uri.filter(|_| {
             key.method == CachedMethod::ResourcesRead
                 && matches!(stored, Stored::Result { .. })
@@ -222,7 +222,7 @@ impl Router {
     /// Another replica's fill: stored here for what is left of its TTL, and served as a hit.
     fn adopt(
         &self,
-        key: &CacheKey,
+        key: &BaseKey,
         uri: Option<&str>,
         principal: &Owner,
         ticket: crate::cache::Ticket,
@@ -236,11 +236,10 @@ impl Router {
             Stored::Page { items, next, .. } => Got::Page { items: items.clone(), next: next.clone() },
             Stored::NotFound => Got::NotFound,
         };
-        let mut k = key.clone();
-        k.partition = if value.public { Partition::Public } else { Partition::Private(principal.clone()) };
+        let partition = if value.public { Partition::Public } else { Partition::Private(principal.clone()) };
         let watch = self.watched_uri(key, uri, &value.stored);
         let ttl = Duration::from_millis(value.ttl_ms);
-        self.0.cache.store_aged(k, value.stored, ttl, ticket, watch, age);
+        self.0.cache.store_aged(key.clone().in_partition(partition), value.stored, ttl, ticket, watch, age);
         let served = Served { got, public: value.public, ttl_ms, status: CacheStatus::Hit, age: Some(age.as_secs()) };
         Arc::new(Outcome { served, leader: principal.clone() })
     }

@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 
 use crate::auth::Principal;
 use crate::cache::Owner;
-use crate::jsonrpc::{RawObject, RpcError};
+use crate::jsonrpc::{RawObject, ResultText, RpcError};
 use crate::mcp;
 use crate::upstream::Upstream;
 
@@ -122,7 +122,7 @@ impl CacheStatus {
 /// What the proxy answers: a result (raw JSON) or a JSON-RPC error relayed from an upstream.
 #[derive(Debug, Clone)]
 pub struct Answer {
-    pub outcome: Result<Bytes, RpcError>,
+    pub outcome: Result<ResultText, RpcError>,
     pub cache: CacheStatus,
     /// Seconds since the answer was fetched from upstream, for cached answers.
     pub age: Option<u64>,
@@ -131,7 +131,7 @@ pub struct Answer {
 impl Answer {
     /// A freshly computed result.
     pub fn result(body: Bytes) -> Self {
-        Self { outcome: Ok(body), cache: CacheStatus::Bypass, age: None }
+        Self { outcome: Ok(ResultText::Whole(body)), cache: CacheStatus::Bypass, age: None }
     }
 
     /// A relayed upstream error.

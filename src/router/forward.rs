@@ -12,7 +12,7 @@ use super::{Answer, Call, Router};
 use crate::auth::policy::Kind;
 use crate::cache::{CachedMethod, Stored};
 use crate::error::{DownstreamError, Error, UpstreamError, UpstreamErrorKind};
-use crate::jsonrpc::{RawObject, RpcError, code};
+use crate::jsonrpc::{RawObject, ResultText, RpcError, code};
 use crate::mcp::method as m;
 use crate::upstream::Reply;
 use crate::upstream::catalog::Named;
@@ -31,16 +31,16 @@ impl Router {
         let route = self.0.ns.route_uri(&uri).ok_or_else(not_found)?;
         let (candidates, upstream_uri) = route.candidates();
         // A forbidden URI is not found: the same answer, before the cache is consulted.
-        let candidates: Vec<usize> =
-            candidates.iter().copied().filter(|&i| self.allowed(call, i, Kind::Uri, upstream_uri)).collect();
-        for (n, &index) in candidates.iter().enumerate() {
+        let mut candidates =
+            candidates.iter().copied().filter(|&i| self.allowed(call, i, Kind::Uri, upstream_uri)).peekable();
+        while let Some(index) = candidates.next() {
             crate::telemetry::record_upstream(self.0.upstreams[index].name());
             let key = self.cache_key(call, index, CachedMethod::ResourcesRead, "uri", Some(upstream_uri));
             let served = self
                 .through_cache(call, key, Some(upstream_uri), || self.fetch_read(call, index, upstream_uri))
                 .await?;
             let answer = match served.got {
-                Got::NotFound if n + 1 < candidates.len() => continue,
+                Got::NotFound if candidates.peek().is_some() => continue,
                 Got::NotFound => Err(not_found()),
                 Got::Result(body) => Ok(Answer { outcome: Ok(body), cache: served.status, age: served.age }),
                 Got::Relayed(e) => Ok(Answer { outcome: Err(e), cache: served.status, age: None }),
@@ -77,7 +77,7 @@ impl Router {
         // Only complete results are cacheable; `input_required` (MRTR) never is.
         let complete = obj.get_str("resultType").is_none_or(|t| t == "complete");
         let stored = complete.then(|| Stored::result_of(&obj));
-        let got = Got::Result(if rewritten { Bytes::from(obj.to_vec()) } else { body.clone() });
+        let got = Got::Result(ResultText::Whole(if rewritten { Bytes::from(obj.to_vec()) } else { body.clone() }));
         Ok(Fetched { got, stored, public: hints.public, ttl_ms: hints.ttl_ms })
     }
 

@@ -17,7 +17,7 @@ use super::{Answer, CacheStatus, Call, Router};
 use crate::cache::{CachedMethod, Stored};
 use crate::config::OnError;
 use crate::error::{DownstreamError, Error, UpstreamError, UpstreamErrorKind};
-use crate::jsonrpc::{RawObject, RpcError, raw_str, write_json_string};
+use crate::jsonrpc::{RawObject, ResultText, RpcError, raw_str, write_json_string};
 use crate::mcp::{self, List};
 use crate::upstream::Reply;
 
@@ -145,13 +145,13 @@ impl Router {
         // A page no upstream contributed to is not worth caching downstream either.
         let hints = hints.unwrap_or(Hints { ttl_ms: 0, public: false });
         Ok(Answer {
-            outcome: Ok(self.page_result(
+            outcome: Ok(ResultText::Whole(self.page_result(
                 kind,
                 &super::cursor::owner_of(call.principal.identity().map(|i| i.id.as_str())),
                 &items,
                 &next,
                 hints,
-            )),
+            ))),
             cache: status.unwrap_or(CacheStatus::Bypass),
             age,
         })

@@ -10,7 +10,7 @@ use tokio::time::{Instant, sleep};
 
 use super::Router;
 use super::cached::Fetched;
-use crate::cache::{CacheKey, Owner, Stored};
+use crate::cache::{BaseKey, Owner, Stored};
 use crate::cluster::{Cluster, SharedKey, SharedValue};
 use crate::error::Error;
 
@@ -32,7 +32,7 @@ impl Router {
     pub(super) async fn lead_shared<F, Fut>(
         &self,
         cluster: &Cluster,
-        key: &CacheKey,
+        key: &BaseKey,
         uri: Option<&str>,
         principal: &Owner,
         ttl_of: impl Fn(&Fetched, &Stored) -> (Duration, bool),
