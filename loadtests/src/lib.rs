@@ -18,13 +18,17 @@
 //! - [`histogram`]: latency percentiles; [`procfs`]: memory and CPU from `/proc`.
 //! - [`run`]: one scenario, side by side; [`report`] and [`plot`]: what it writes.
 //! - [`cluster`]: the cluster scenario, several replicas with and without a shared Redis.
+//! - [`external`]: servers for outside generators (wrk, oha), `loadtests/external/`.
+//! - [`instructions`]: instructions per cached read under callgrind, the CI regression gate.
 
 #![forbid(unsafe_code)]
 
 pub mod ceiling;
 pub mod cluster;
 pub mod conn;
+pub mod external;
 pub mod histogram;
+pub mod instructions;
 pub mod listen;
 pub mod placement;
 pub mod plot;

@@ -51,6 +51,45 @@ enum Command {
         #[arg(long)]
         body: PathBuf,
     },
+    /// Instructions per cached `resources/read` of the release proxy, whole process, counted
+    /// by callgrind (two runs, `--reads SMALL,LARGE`, subtracted), checked against a budget.
+    Instructions {
+        /// The resmux binary (default: `resmux` beside this executable).
+        #[arg(long)]
+        resmux: Option<PathBuf>,
+        /// The valgrind executable.
+        #[arg(long, default_value = "valgrind")]
+        valgrind: std::ffi::OsString,
+        /// Cached reads in the short and the long run.
+        #[arg(long, value_delimiter = ',', num_args = 2, default_values_t = [200u64, 2200])]
+        reads: Vec<u64>,
+        /// Bytes of each resource's text.
+        #[arg(long, default_value_t = 256)]
+        resource_bytes: usize,
+        /// The budget file; exit 1 when the count is over its limit.
+        #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/budget/instructions.toml"))]
+        budget: PathBuf,
+        /// Also write the measurement as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Start a scenario's proxy (cache warmed) and ceiling for an outside load generator
+    /// (wrk, oha): prints `proxy URL`, `ceiling URL`, `keys N`, `ready`; stops when stdin
+    /// closes. Used by `loadtests/external/run`.
+    Targets {
+        /// The scenario whose upstreams, resources and proxy config to use.
+        #[arg(default_value = "hot-read")]
+        scenario: String,
+        /// The resmux binary (default: `resmux` beside this executable).
+        #[arg(long)]
+        resmux: Option<PathBuf>,
+        /// Replace the scenario's resource count.
+        #[arg(long)]
+        resources: Option<usize>,
+        /// Replace the scenario's resource size in bytes.
+        #[arg(long)]
+        resource_bytes: Option<usize>,
+    },
     /// Parse scenario files and report every problem.
     Check {
         #[arg(required = true)]
@@ -86,6 +125,35 @@ fn load_all(args: &[String]) -> Result<Vec<Scenario>> {
 async fn main() -> Result<()> {
     match Cli::parse().command {
         Command::ServeCeiling { body } => resmux_load::ceiling::serve_child(&body).await?,
+        Command::Instructions { resmux, valgrind, reads, resource_bytes, budget, json } => {
+            use resmux_load::instructions::{self as ins, Budget, Options};
+            let budget = Budget::load(&budget)?;
+            let Placement::Processes { resmux, .. } = Placement::processes(resmux)? else { unreachable!() };
+            if !resmux.is_file() {
+                bail!("no resmux binary at {}: `cargo build --release -p resmux -p resmux-load`", resmux.display());
+            }
+            let opts = Options { resmux, valgrind, small: reads[0], large: reads[1], resource_bytes };
+            let measured = ins::measure(&opts).await?;
+            println!(
+                "runs: {} reads -> {} instructions, {} reads -> {} instructions",
+                measured.small_reads, measured.small_total, measured.large_reads, measured.large_total
+            );
+            if let Some(p) = json {
+                std::fs::write(&p, serde_json::to_string_pretty(&measured)?)
+                    .with_context(|| format!("writing {}", p.display()))?;
+            }
+            let (pass, line) = ins::verdict(&measured, &budget);
+            println!("{line}");
+            if !pass {
+                std::process::exit(1);
+            }
+        }
+        Command::Targets { scenario, resmux, resources, resource_bytes } => {
+            let mut s = load_all(&[scenario])?.remove(0);
+            s.resources = resources.unwrap_or(s.resources);
+            s.resource_bytes = resource_bytes.unwrap_or(s.resource_bytes);
+            resmux_load::external::serve(&s, &Placement::processes(resmux)?).await?;
+        }
         Command::Check { scenarios } => {
             for s in load_all(&scenarios)? {
                 println!("{}: ok ({})", s.name, s.load_line());

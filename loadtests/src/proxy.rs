@@ -96,14 +96,32 @@ impl Proxy {
                 })?;
                 let app = App::start(config).await?;
                 let mut proxy = Self { addr: app.local_addr(), kind: Kind::InProcess(app) };
-                proxy.wait_ready().await?;
+                proxy.wait_ready(READY_DEADLINE).await?;
                 Ok(proxy)
             }
-            Placement::Processes { resmux, .. } => Self::spawn(resmux, upstreams, s).await,
+            Placement::Processes { resmux, .. } => Self::spawn(&[], resmux, upstreams, s, READY_DEADLINE).await,
         }
     }
 
-    async fn spawn(exe: &Path, upstreams: &[(String, String)], s: &Scenario) -> Result<Self> {
+    /// Starts `wrapper… exe serve -c <config>` as a child (for example under
+    /// `valgrind --tool=callgrind`), given `ready` to answer its first `server/discover`.
+    pub async fn spawn_wrapped(
+        wrapper: &[std::ffi::OsString],
+        exe: &Path,
+        upstreams: &[(String, String)],
+        s: &Scenario,
+        ready: Duration,
+    ) -> Result<Self> {
+        Self::spawn(wrapper, exe, upstreams, s, ready).await
+    }
+
+    async fn spawn(
+        wrapper: &[std::ffi::OsString],
+        exe: &Path,
+        upstreams: &[(String, String)],
+        s: &Scenario,
+        ready: Duration,
+    ) -> Result<Self> {
         if !exe.is_file() {
             bail!(
                 "no resmux binary at {}: build it (`cargo build --release -p resmux -p resmux-load`) or pass --resmux PATH or --in-process",
@@ -122,7 +140,15 @@ impl Proxy {
         let config = workdir.join("resmux.toml");
         std::fs::write(&config, config_text(addr, upstreams, s))?;
         let log = std::fs::File::create(workdir.join("proxy.log"))?;
-        let child = Command::new(exe)
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let child = command
             .arg("serve")
             .arg("-c")
             .arg(&config)
@@ -134,7 +160,7 @@ impl Proxy {
             .with_context(|| format!("starting {}", exe.display()))?;
         let pid = child.id().context("child has a pid")?;
         let mut proxy = Self { addr, kind: Kind::Child { child, pid, workdir } };
-        if let Err(e) = proxy.wait_ready().await {
+        if let Err(e) = proxy.wait_ready(ready).await {
             let log = proxy.log_tail();
             proxy.stop().await;
             bail!("{e}\nproxy log:\n{log}");
@@ -143,8 +169,8 @@ impl Proxy {
     }
 
     /// Polls `server/discover` until it succeeds, the child exits, or the deadline passes.
-    async fn wait_ready(&mut self) -> Result<()> {
-        let deadline = tokio::time::Instant::now() + READY_DEADLINE;
+    async fn wait_ready(&mut self, within: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + within;
         let mut last = String::from("no attempt");
         while tokio::time::Instant::now() < deadline {
             if let Kind::Child { child, .. } = &mut self.kind
@@ -162,7 +188,7 @@ impl Proxy {
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        bail!("the proxy did not become ready within {READY_DEADLINE:?}: {last}")
+        bail!("the proxy did not become ready within {within:?}: {last}")
     }
 
     /// Whether the proxy runs as a child process.
@@ -195,6 +221,30 @@ impl Proxy {
             }
             Kind::InProcess(_) => String::new(),
         }
+    }
+
+    /// Stops a child proxy the way an operator does, with SIGTERM (so that it shuts down in
+    /// order and a tool it runs under, such as callgrind, writes its output), and waits up to
+    /// `within` for it to exit; killed if it has not. Returns the child's exit status.
+    pub async fn terminate(self, within: Duration) -> Result<std::process::ExitStatus> {
+        let Kind::Child { mut child, pid, workdir } = self.kind else {
+            bail!("only a child proxy can be terminated");
+        };
+        let sent = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await;
+        let status = match sent {
+            Ok(s) if s.success() => tokio::time::timeout(within, child.wait()).await.ok().transpose()?,
+            _ => None,
+        };
+        let status = match status {
+            Some(status) => status,
+            None => {
+                let _ = child.kill().await;
+                let _ = std::fs::remove_dir_all(&workdir);
+                bail!("the proxy (pid {pid}) did not exit within {within:?} of SIGTERM; killed");
+            }
+        };
+        let _ = std::fs::remove_dir_all(workdir);
+        Ok(status)
     }
 
     /// Stops the proxy: the child is killed (its state is of no further interest), the
