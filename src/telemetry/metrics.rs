@@ -54,6 +54,7 @@ struct Inner {
     upstream_healthy: Family<Named, Gauge>,
     upstream_era: Family<EraLabel, Gauge>,
     upstream_reconnects: Family<Named, Counter>,
+    config_reloads: Family<ReloadOutcome, Counter>,
 }
 
 /// One upstream's metric handles, resolved when the upstream starts: the request path
@@ -182,7 +183,11 @@ impl Metrics {
             upstream_healthy: Family::default(),
             upstream_era: Family::default(),
             upstream_reconnects: Family::default(),
+            config_reloads: Family::default(),
         };
+        for outcome in ["applied", "unchanged", "rejected"] {
+            let _ = inner.config_reloads.get_or_create(&ReloadOutcome { outcome });
+        }
         let r = &mut registry;
         r.register("downstream_requests", "Downstream requests answered, by method and outcome", downstream_family);
         r.register("downstream_request_seconds", "Downstream request latency, by method", seconds_family);
@@ -245,6 +250,7 @@ impl Metrics {
             inner.delivery_seconds.clone(),
         );
         r.register("upstream_healthy", "1 when the upstream answered discovery", inner.upstream_healthy.clone());
+        r.register("config_reloads", "Config reloads, by outcome", inner.config_reloads.clone());
         r.register("upstream_era", "1 for the upstream's current protocol era", inner.upstream_era.clone());
         r.register(
             "upstream_reconnects",
@@ -301,6 +307,11 @@ impl Metrics {
     /// A connection or request refused.
     pub fn rejection(&self, why: Rejection) {
         self.0.rejections.get_or_create(&Reason { reason: why.as_str() }).inc();
+    }
+
+    /// A config reload ended with `outcome` (`applied`, `unchanged`, `rejected`).
+    pub fn reloaded(&self, outcome: &'static str) {
+        self.0.config_reloads.get_or_create(&ReloadOutcome { outcome }).inc();
     }
 
     /// A connection closed by `idle_timeout`.
