@@ -248,10 +248,15 @@ impl Hub {
             ))
             .into());
         }
-        let (topics, honoured) = self.honoured(filter, principal);
+        let (topics, honoured, lineup) = self.honoured(filter, principal);
         let id = self.0.next_id.fetch_add(1, Ordering::Relaxed);
         let listener = Arc::new(Listener::new(id, principal.clone(), subscription, topics));
         let mut reg = self.0.registry.lock().expect("registry");
+        if !Arc::ptr_eq(&lineup, &self.0.lineup.load()) {
+            // A reload swapped the upstreams meanwhile (under this lock): route again.
+            drop(reg);
+            return self.subscribe(principal, listener.subscription.clone(), filter);
+        }
         if reg.listeners.len() >= cfg.max_listeners {
             return Err(DownstreamError::LimitReached(format!(
                 "the proxy holds its maximum of {} listens",
@@ -286,11 +291,12 @@ impl Hub {
 
     /// The topics to register and the acknowledgment's filter for a requested `filter`: what
     /// the owning upstreams honour and `principal` may reach (a forbidden URI is left out of
-    /// the acknowledgment exactly like one no upstream can watch).
-    fn honoured(&self, filter: &Filter, principal: &Principal) -> (Vec<(usize, Topic)>, Filter) {
+    /// the acknowledgment exactly like one no upstream can watch), with the lineup they were
+    /// routed on.
+    fn honoured(&self, filter: &Filter, principal: &Principal) -> (Vec<(usize, Topic)>, Filter, Arc<Lineup>) {
         let mut topics = Vec::new();
         let mut ack = Filter::default();
-        let lineup = self.0.lineup.load();
+        let lineup = self.0.lineup.load_full();
         for uri in &filter.uris {
             let Some(route) = lineup.ns.route_uri(uri) else { continue };
             let (candidates, upstream_uri) = route.candidates();
@@ -321,7 +327,7 @@ impl Hub {
                 }
             }
         }
-        (topics, ack)
+        (topics, ack, lineup)
     }
 
     fn unregister(&self, id: u64) {

@@ -185,9 +185,8 @@ impl Metrics {
             upstream_reconnects: Family::default(),
             config_reloads: Family::default(),
         };
-        for outcome in ["applied", "unchanged", "rejected"] {
-            let _ = inner.config_reloads.get_or_create(&ReloadOutcome { outcome });
-        }
+        let _ = ["applied", "unchanged", "rejected"]
+            .map(|outcome| inner.config_reloads.get_or_create_owned(&ReloadOutcome { outcome }));
         let r = &mut registry;
         r.register("downstream_requests", "Downstream requests answered, by method and outcome", downstream_family);
         r.register("downstream_request_seconds", "Downstream request latency, by method", seconds_family);
