@@ -174,6 +174,11 @@ impl Cache {
         true
     }
 
+    /// The largest entry stored; a read answer past it is relayed, not held.
+    pub fn max_entry_bytes(&self) -> u64 {
+        self.0.config.max_entry_bytes
+    }
+
     /// Lifetime of a negative ("resource not found") entry.
     pub fn negative_ttl(&self) -> Duration {
         self.0.config.negative_ttl

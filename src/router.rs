@@ -10,6 +10,7 @@ mod discover;
 mod forward;
 mod held;
 mod hints;
+mod large;
 mod merge;
 pub mod namespace;
 pub mod rewrite;
@@ -18,8 +19,9 @@ mod shared;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use call::{Answer, CacheStatus, Call, Progress};
+pub use call::{Answer, CacheStatus, Call, Payload, Progress};
 pub use hints::Hints;
+pub use large::Relay;
 
 use crate::cache::{Cache, Flights};
 use crate::cluster::Cluster;

@@ -13,9 +13,11 @@ use prometheus_client::registry::Registry;
 use crate::mcp;
 
 mod labels;
+mod relay;
 
 pub use labels::Rejection;
 use labels::*;
+pub use relay::RelayMeter;
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
@@ -54,6 +56,7 @@ struct Inner {
     upstream_healthy: Family<Named, Gauge>,
     upstream_era: Family<EraLabel, Gauge>,
     upstream_reconnects: Family<Named, Counter>,
+    relays: relay::RelayFamilies,
 }
 
 /// One upstream's metric handles, resolved when the upstream starts: the request path
@@ -67,6 +70,8 @@ pub struct UpstreamMeter {
     joins: Counter,
     /// `upstream_request_seconds` per method slot.
     seconds: Vec<Histogram>,
+    /// Large results relayed.
+    pub relay: RelayMeter,
 }
 
 impl UpstreamMeter {
@@ -182,6 +187,7 @@ impl Metrics {
             upstream_healthy: Family::default(),
             upstream_era: Family::default(),
             upstream_reconnects: Family::default(),
+            relays: relay::RelayFamilies::default(),
         };
         let r = &mut registry;
         r.register("downstream_requests", "Downstream requests answered, by method and outcome", downstream_family);
@@ -251,6 +257,7 @@ impl Metrics {
             "Stdio restarts and legacy session re-initializations, by upstream",
             inner.upstream_reconnects.clone(),
         );
+        inner.relays.register(r);
         Self(Arc::new(Inner { registry, ..inner }))
     }
 
@@ -271,6 +278,7 @@ impl Metrics {
                         .get_or_create_owned(&UpstreamMethod { upstream: name.to_owned(), method: method_label(m) })
                 })
                 .collect(),
+            relay: i.relays.meter(name),
         }
     }
 
