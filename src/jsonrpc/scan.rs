@@ -21,6 +21,9 @@ mod members;
 pub use lexeme::Utf8Check;
 use lexeme::{Esc, is_ws};
 
+/// Rewrites one item URI into the downstream namespace.
+pub type UriOut = Box<dyn Fn(&str) -> String + Send + Sync>;
+
 /// What the pass needs to know of the request and of the routing.
 pub struct ScanSpec {
     /// The id the upstream request carried, as JSON text.
@@ -29,7 +32,7 @@ pub struct ScanSpec {
     pub list: &'static str,
     pub item_key: &'static str,
     /// Rewrites one item's URI; `None` leaves the list untouched.
-    pub uri_out: Option<Box<dyn Fn(&str) -> String + Send + Sync>>,
+    pub uri_out: Option<UriOut>,
     /// Result members added (key, raw JSON value) when the result lacks them.
     pub defaults: Vec<(&'static str, String)>,
     /// Largest captured value (`id`, `error`, a `uri`).

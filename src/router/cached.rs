@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::shared::FromShared;
-use super::{CacheStatus, Call, Router};
+use super::{CacheStatus, Call, Routing};
 use crate::cache::{
     CacheKey, CachedMethod, Entry, Lookup, Owner, Partition, Stored, canonical_params_with, splice_ttl,
 };
@@ -86,7 +86,7 @@ pub(super) fn is_mrtr_retry(params: &RawObject<'_>) -> bool {
     params.contains("inputResponses") || params.contains("requestState")
 }
 
-impl Router {
+impl Routing {
     /// The key of a request to upstream `index` with downstream params edited by `edit`.
     /// The key of a request to upstream `index`: the downstream params with `key` set to the
     /// string `value` (or removed, for `None`), canonicalized. Computed without copying the
@@ -100,7 +100,7 @@ impl Router {
         value: Option<&str>,
     ) -> CacheKey {
         CacheKey {
-            upstream: index as u32,
+            upstream: self.0.upstreams[index].slot(),
             method,
             era: self.0.upstreams[index].cache_era(),
             params: canonical_params_with(&call.params, key, value),
@@ -121,7 +121,7 @@ impl Router {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<Fetched, Error>>,
     {
-        let upstream = &self.0.upstreams[key.upstream as usize];
+        let upstream = &self.by_slot(key.upstream);
         if !self.0.cache.enabled() || !upstream.config().cache || is_mrtr_retry(&call.params) {
             telemetry::record_cache("bypass");
             return Ok(Served::fresh(fetch().await?, CacheStatus::Bypass));
@@ -138,14 +138,15 @@ impl Router {
             Lookup::Miss => None,
         };
         key.partition = Partition::Public;
-        let (mut outcome, mut led) = self.0.flights.run(key.clone(), || self.lead(&key, uri, principal, &fetch)).await;
+        let (mut outcome, mut led) =
+            self.0.shared.flights.run(key.clone(), || self.lead(&key, uri, principal, &fetch)).await;
         // A private outcome belongs to the leader's owner alone: fetch our own.
         if let Ok(shared) = &outcome
             && !shared.served.public
             && shared.leader != *principal
         {
             key.partition = Partition::Private(principal.clone());
-            (outcome, led) = self.0.flights.run(key.clone(), || self.lead(&key, uri, principal, &fetch)).await;
+            (outcome, led) = self.0.shared.flights.run(key.clone(), || self.lead(&key, uri, principal, &fetch)).await;
         }
         match outcome {
             Ok(shared) => {
@@ -217,7 +218,7 @@ impl Router {
         uri.filter(|_| {
             key.method == CachedMethod::ResourcesRead
                 && matches!(stored, Stored::Result { .. })
-                && self.0.upstreams[key.upstream as usize].info().is_some_and(|i| i.flag("resources", "subscribe"))
+                && self.by_slot(key.upstream).info().is_some_and(|i| i.flag("resources", "subscribe"))
         })
     }
 

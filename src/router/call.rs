@@ -124,7 +124,8 @@ impl CacheStatus {
 #[derive(Debug)]
 pub enum Payload {
     Json(Spliced),
-    Relayed(super::large::Relay),
+    /// Boxed: a relay's state is large beside two `Bytes`.
+    Relayed(Box<super::large::Relay>),
 }
 
 impl Payload {

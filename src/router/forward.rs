@@ -9,7 +9,7 @@ use super::hints::Hints;
 use super::large::{Began, RelaySlot};
 use super::namespace::Route;
 use super::rewrite;
-use super::{Answer, CacheStatus, Call, Payload, Router};
+use super::{Answer, CacheStatus, Call, Payload, Routing};
 use crate::auth::policy::Kind;
 use crate::cache::{CachedMethod, Stored};
 use crate::error::{DownstreamError, Error, UpstreamError, UpstreamErrorKind};
@@ -24,7 +24,7 @@ enum Target {
     Name,
 }
 
-impl Router {
+impl Routing {
     pub(super) async fn read(&self, call: &Call<'_>) -> Result<Answer, Error> {
         let uri = required_str(&call.params, "uri")?;
         let not_found = || Error::from(DownstreamError::ResourceNotFound { uri: uri.to_string() });
@@ -105,7 +105,7 @@ impl Router {
     }
 
     /// `tools/call` and `prompts/get`: routed to the one upstream that owns the name (see
-    /// [`Router::owner`]) and sent there once. MRTR: a retry of a call the proxy holds
+    /// [`Routing::owner`]) and sent there once. MRTR: a retry of a call the proxy holds
     /// resumes it; a call whose client can answer questions goes the relaying path, where a
     /// legacy upstream's mid-call questions become `input_required`.
     pub(super) async fn call_named(&self, call: &Call<'_>) -> Result<Answer, Error> {

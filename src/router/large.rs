@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use super::Router;
+use super::Routing;
 use super::rewrite::{READ_ITEM_KEY, READ_LIST};
 use crate::error::{UpstreamError, UpstreamErrorKind};
 use crate::jsonrpc::scan::{ReadScan, ScanError, ScanSpec, Utf8Check};
@@ -42,8 +42,8 @@ pub struct Relay {
 pub enum Began {
     /// A JSON-RPC error after all (captured whole, bounded): answered like any other.
     Error(RpcError),
-    /// A result, to be relayed.
-    Result(Relay),
+    /// A result, to be relayed (boxed: its state is large beside an error).
+    Result(Box<Relay>),
 }
 
 impl std::fmt::Debug for Relay {
@@ -52,7 +52,7 @@ impl std::fmt::Debug for Relay {
     }
 }
 
-impl Router {
+impl Routing {
     /// Starts relaying a large answer of upstream `index`: reads until the result's first
     /// bytes (or the whole of an error), so that a message broken from its start is still
     /// answered with a clean error.
@@ -61,7 +61,7 @@ impl Router {
         let config = upstream.config();
         let uri_out = self.0.ns.prefix(index).is_some().then(|| {
             let ns = self.0.ns.clone();
-            Box::new(move |uri: &str| ns.uri_out(index, uri).into_owned()) as Box<dyn Fn(&str) -> String + Send + Sync>
+            Box::new(move |uri: &str| ns.uri_out(index, uri).into_owned()) as crate::jsonrpc::scan::UriOut
         });
         let defaults =
             if body.legacy { crate::upstream::legacy::result_defaults(m::RESOURCES_READ, config) } else { Vec::new() };
@@ -74,7 +74,7 @@ impl Router {
             capture_limit: config.max_message_bytes,
             max_depth: DEFAULT_MAX_DEPTH,
         };
-        let mut relay = Relay {
+        let mut relay = Box::new(Relay {
             body,
             scan: ReadScan::new(spec),
             utf8: Utf8Check::default(),
@@ -85,7 +85,7 @@ impl Router {
             max_message: config.max_message_bytes,
             meter: upstream.meter().relay.clone(),
             ended: false,
-        };
+        });
         match relay.step().await {
             Ok(Some(first)) => {
                 relay.first = Some(first);
@@ -179,7 +179,7 @@ impl Relay {
 
     /// The whole result, for a client that cannot take it as a stream: bounded by the
     /// upstream's `max_message_bytes`, as every buffered message.
-    pub async fn collect(mut self) -> Result<Bytes, UpstreamError> {
+    pub async fn collect(mut self: Box<Self>) -> Result<Bytes, UpstreamError> {
         let mut out = Vec::new();
         while let Some(piece) = self.next().await {
             let piece = piece?;
@@ -194,7 +194,7 @@ impl Relay {
     }
 
     /// The result as a stream of pieces (see [`Relay::next`]).
-    pub fn into_stream(self) -> impl futures_util::Stream<Item = Result<Bytes, UpstreamError>> + Send {
+    pub fn into_stream(self: Box<Self>) -> impl futures_util::Stream<Item = Result<Bytes, UpstreamError>> + Send {
         futures_util::stream::unfold(self, |mut relay| async move { relay.next().await.map(|piece| (piece, relay)) })
     }
 }
@@ -211,14 +211,14 @@ impl Drop for Relay {
 /// A relay that one caller takes: the leader of a flight shares its outcome with the callers
 /// that joined it, but a stream can be read once; the others fetch their own.
 #[derive(Clone, Default)]
-pub(super) struct RelaySlot(Arc<Mutex<Option<Relay>>>);
+pub(super) struct RelaySlot(Arc<Mutex<Option<Box<Relay>>>>);
 
 impl RelaySlot {
-    pub(super) fn new(relay: Relay) -> Self {
+    pub(super) fn new(relay: Box<Relay>) -> Self {
         Self(Arc::new(Mutex::new(Some(relay))))
     }
 
-    pub(super) fn take(&self) -> Option<Relay> {
+    pub(super) fn take(&self) -> Option<Box<Relay>> {
         self.0.lock().expect("relay slot lock").take()
     }
 }

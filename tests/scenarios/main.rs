@@ -22,6 +22,7 @@ mod namespace;
 mod ops;
 #[cfg(feature = "otel")]
 mod otel;
+mod reload;
 mod rmcp_interop;
 mod stdio;
 mod stdio_downstream;
