@@ -177,6 +177,11 @@ impl Cache {
         true
     }
 
+    /// The largest entry stored; a read answer past it is relayed, not held.
+    pub fn max_entry_bytes(&self) -> u64 {
+        self.0.config.max_entry_bytes
+    }
+
     /// Drops every entry of upstream `slot` (removed or replaced by a reload) and makes
     /// anything fetched from it before now stale, so that neither a late store of a request
     /// still in flight nor a stale-if-error serve can bring its content back.

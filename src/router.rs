@@ -10,6 +10,7 @@ mod discover;
 mod forward;
 mod held;
 mod hints;
+mod large;
 mod merge;
 pub mod namespace;
 pub mod rewrite;
@@ -20,8 +21,9 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 
-pub use call::{Answer, CacheStatus, Call, Progress};
+pub use call::{Answer, CacheStatus, Call, Payload, Progress};
 pub use hints::Hints;
+pub use large::Relay;
 
 use crate::cache::{Cache, Flights};
 use crate::cluster::Cluster;

@@ -10,6 +10,7 @@ mod discovery;
 mod era;
 mod headers;
 pub mod http;
+pub mod large;
 pub mod legacy;
 pub mod listen;
 pub mod relay;
@@ -32,6 +33,7 @@ pub use crate::mcp::notify::Unsolicited;
 pub use credential::OnBehalf;
 pub use discovery::UpstreamInfo;
 pub use era::{Era, UpstreamSession};
+pub use large::{Fetch, LargeBody};
 pub use relay::Relayed;
 pub use reply::{Malformed, Reply};
 

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::epochs::Ticket;
-use crate::jsonrpc::RawObject;
+use crate::jsonrpc::{RawObject, Spliced};
 
 /// A stored answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,18 +54,18 @@ impl Stored {
     }
 }
 
-/// Writes a stored result with `ttlMs` set to `ttl_ms`.
-pub fn splice_ttl(tail: &[u8], ttl_ms: u64) -> Bytes {
+/// A stored result with `ttlMs` set to `ttl_ms`: `{"ttlMs":N,` in front of the stored tail,
+/// which is shared, not copied.
+pub fn splice_ttl(tail: &Bytes, ttl_ms: u64) -> Spliced {
     let mut digits = itoa::Buffer::new();
     let digits = digits.format(ttl_ms).as_bytes();
-    let mut out = Vec::with_capacity(tail.len() + digits.len() + 12);
-    out.extend_from_slice(b"{\"ttlMs\":");
-    out.extend_from_slice(digits);
+    let mut head = Vec::with_capacity(digits.len() + 12);
+    head.extend_from_slice(b"{\"ttlMs\":");
+    head.extend_from_slice(digits);
     if tail.first() != Some(&b'}') {
-        out.push(b',');
+        head.push(b',');
     }
-    out.extend_from_slice(tail);
-    Bytes::from(out)
+    Spliced { head: Bytes::from(head), tail: tail.clone() }
 }
 
 /// One cache entry.
@@ -117,11 +117,12 @@ mod tests {
             panic!()
         };
         let out = splice_ttl(&tail, 1234);
-        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(out.tail.as_ptr(), tail.as_ptr(), "the stored tail is shared, not copied");
+        let v: serde_json::Value = serde_json::from_slice(&out.to_bytes()).unwrap();
         assert_eq!(v["ttlMs"], 1234);
         assert_eq!(v["cacheScope"], "public");
         let Stored::Result { tail } = Stored::result(b"{}").unwrap() else { panic!() };
-        assert_eq!(&splice_ttl(&tail, 5)[..], br#"{"ttlMs":5}"#);
+        assert_eq!(&splice_ttl(&tail, 5).to_bytes()[..], br#"{"ttlMs":5}"#);
         assert!(Stored::result(b"[1]").is_none());
     }
 

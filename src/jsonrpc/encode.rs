@@ -23,6 +23,55 @@ pub fn encode_result(id: &RequestId, result: &[u8]) -> Bytes {
     Bytes::from(out)
 }
 
+/// A result's JSON text in two pieces written back to back: a short `head` made for this
+/// answer and a `tail` shared with where it is kept (a cache entry), so that writing the
+/// answer never copies the tail.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Spliced {
+    pub head: Bytes,
+    pub tail: Bytes,
+}
+
+impl Spliced {
+    /// Text in one piece.
+    pub fn whole(text: Bytes) -> Self {
+        Self { head: text, tail: Bytes::new() }
+    }
+
+    /// Bytes of text.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.tail.len()
+    }
+
+    /// Whether it holds no text.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The text in one piece (a copy, unless it is in one piece already).
+    pub fn to_bytes(&self) -> Bytes {
+        if self.tail.is_empty() {
+            return self.head.clone();
+        }
+        let mut out = Vec::with_capacity(self.len());
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(&self.tail);
+        Bytes::from(out)
+    }
+}
+
+/// [`encode_result`] as pieces to write back to back: the envelope and the result's head,
+/// the result's tail (shared, not copied), and the closing brace.
+pub fn encode_result_pieces(id: &RequestId, result: &Spliced) -> [Bytes; 3] {
+    let id = id.as_json().as_bytes();
+    let mut head = Vec::with_capacity(36 + id.len() + result.head.len());
+    head.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    head.extend_from_slice(id);
+    head.extend_from_slice(b",\"result\":");
+    head.extend_from_slice(&result.head);
+    [Bytes::from(head), result.tail.clone(), Bytes::from_static(b"}")]
+}
+
 /// An error response; `id` is `null` when the request's id could not be read.
 pub fn encode_error(id: Option<&RequestId>, error: &RpcError) -> Bytes {
     let mut out = Vec::with_capacity(128);

@@ -13,14 +13,16 @@ use crate::cache::{
 };
 use crate::cluster::SharedValue;
 use crate::error::Error;
-use crate::jsonrpc::{RawObject, RpcError};
+use crate::jsonrpc::{RawObject, RpcError, Spliced};
 use crate::telemetry;
 
 /// An answer from one upstream, as the router works with it.
 #[derive(Debug, Clone)]
 pub(super) enum Got {
     /// A result in downstream form (namespaced), with its `ttlMs`.
-    Result(Bytes),
+    Result(Spliced),
+    /// A read result too large to hold, streamed (never cached).
+    Streamed(super::large::RelaySlot),
     /// "Resource not found".
     NotFound,
     /// The upstream's own error, relayed (never cached).
@@ -62,7 +64,7 @@ impl Served {
         Self { got, public: entry.public, ttl_ms, status, age: Some(entry.age_secs()) }
     }
 
-    fn fresh(f: Fetched, status: CacheStatus) -> Self {
+    pub(super) fn fresh(f: Fetched, status: CacheStatus) -> Self {
         Self { got: f.got, public: f.public, ttl_ms: f.ttl_ms, status, age: None }
     }
 }

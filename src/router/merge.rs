@@ -145,13 +145,15 @@ impl Routing {
         // A page no upstream contributed to is not worth caching downstream either.
         let hints = hints.unwrap_or(Hints { ttl_ms: 0, public: false });
         Ok(Answer {
-            outcome: Ok(self.page_result(
-                kind,
-                &super::cursor::owner_of(call.principal.identity().map(|i| i.id.as_str())),
-                &items,
-                &next,
-                hints,
-            )),
+            outcome: Ok(self
+                .page_result(
+                    kind,
+                    &super::cursor::owner_of(call.principal.identity().map(|i| i.id.as_str())),
+                    &items,
+                    &next,
+                    hints,
+                )
+                .into()),
             cache: status.unwrap_or(CacheStatus::Bypass),
             age,
         })
