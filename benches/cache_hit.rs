@@ -11,7 +11,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use resmux::auth::Principal;
 use resmux::cache::{BaseKey, Cache, CachedMethod, Lookup, Owner, Partition, Stored, splice_ttl};
 use resmux::config::CacheConfig;
-use resmux::jsonrpc::{RequestId, encode_result_text};
+use resmux::jsonrpc::{RequestId, encode_result_pieces};
 
 /// Samples ranks 0..n with probability ∝ 1/(rank+1)^s by inverse CDF.
 struct Zipf {
@@ -81,7 +81,7 @@ fn hit_path(c: &mut Criterion) {
                     Lookup::Fresh(entry) => {
                         let Stored::Result { tail } = &entry.stored else { unreachable!() };
                         let result = splice_ttl(tail, entry.remaining_ms());
-                        black_box(encode_result_text(&id, &result).len())
+                        black_box(encode_result_pieces(&id, &result).iter().map(|p| p.len()).sum::<usize>())
                     }
                     _ => unreachable!("every key is cached"),
                 }

@@ -46,6 +46,8 @@ struct Inner {
     draining: AtomicBool,
     hosts: OriginPolicy,
     history: History,
+    /// Applies `POST /admin/reload`; absent, the route answers 404.
+    reloader: Option<crate::app::Reloader>,
 }
 
 impl Admin {
@@ -57,7 +59,46 @@ impl Admin {
             draining: AtomicBool::new(false),
             hosts: OriginPolicy::new(&[], &config.allowed_hosts, addr),
             history: History::default(),
+            reloader: None,
         }))
+    }
+
+    /// Serves `POST /admin/reload` with `reloader`.
+    pub fn with_reloader(self, reloader: crate::app::Reloader) -> Self {
+        let mut inner = Arc::into_inner(self.0).expect("the admin view is configured before it is shared");
+        inner.reloader = Some(reloader);
+        Self(Arc::new(inner))
+    }
+
+    /// `POST /admin/reload`: loads the config file again and applies it. `200` with what was
+    /// added, removed, changed and kept; `422` with every problem when it was refused (the
+    /// running config stays).
+    pub async fn reload(&self) -> Response<Full<Bytes>> {
+        let Some(reloader) = &self.0.reloader else {
+            return text(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "not found\n".into());
+        };
+        match reloader.reload_file().await {
+            Ok(report) => text(StatusCode::OK, "application/json", json!({"ok": true, "report": report}).to_string()),
+            Err(e) => text(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "application/json",
+                json!({"ok": false, "errors": e.problems()}).to_string(),
+            ),
+        }
+    }
+
+    /// Whether `req` is a reload the admin listener accepts: `POST /admin/reload` with an
+    /// allowed Host, and no foreign `Origin` (a web page cannot make the proxy reload).
+    fn is_reload<B>(&self, req: &Request<B>) -> bool {
+        let host = req.headers().get(HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+        let origin_ok = match req.headers().get(http::header::ORIGIN) {
+            None => true,
+            Some(o) => o.to_str().is_ok_and(|o| self.0.hosts.origin_allowed(o)),
+        };
+        req.method() == Method::POST
+            && req.uri().path() == "/admin/reload"
+            && self.0.hosts.host_allowed(host)
+            && origin_ok
     }
 
     /// Shutdown has begun: fail readiness so load balancers stop sending traffic.
@@ -73,7 +114,8 @@ impl Admin {
     /// Readiness: not draining, and every `fail_closed` upstream has answered discovery.
     pub fn readiness(&self) -> (bool, Value) {
         let draining = self.0.draining.load(Ordering::SeqCst);
-        let waiting: Vec<&str> = (self.0.router.upstreams().iter())
+        let upstreams = self.0.router.upstreams();
+        let waiting: Vec<&str> = (upstreams.iter())
             .filter(|u| u.config().on_error == OnError::FailClosed && u.info().is_none())
             .map(|u| u.name())
             .collect();
@@ -82,7 +124,7 @@ impl Admin {
         if let Some(cluster) = self.0.router.cluster() {
             let redis_up = cluster.healthy();
             ready &= redis_up || cluster.config().ready_when_degraded;
-            body["cluster"] = self.cluster(cluster, redis_up);
+            body["cluster"] = self.cluster(&cluster, redis_up);
         }
         body["ready"] = json!(ready);
         (ready, body)
@@ -123,8 +165,9 @@ impl Admin {
     /// Per-upstream figures.
     pub fn upstreams(&self) -> Value {
         let cache = self.0.router.cache();
-        let list: Vec<Value> = (self.0.router.upstreams().iter().enumerate())
-            .map(|(i, u)| {
+        let list: Vec<Value> = (self.0.router.upstreams().iter())
+            .map(|u| {
+                let i = u.slot() as usize;
                 let (in_flight, max_in_flight) = u.in_flight();
                 let stats = u.stats();
                 json!({
@@ -153,7 +196,8 @@ impl Admin {
         let cache = self.0.router.cache();
         let totals = self.0.router.metrics().downstream_totals();
         let listeners = self.0.hub.listener_count();
-        let listening = (0..self.0.router.upstreams().len()).filter(|i| self.0.hub.upstream_listening(*i)).count();
+        let listening =
+            self.0.router.upstreams().iter().filter(|u| self.0.hub.upstream_listening(u.slot() as usize)).count();
         json!({
             "uptime_s": self.0.started.elapsed().as_secs(),
             "cache_bytes": cache.weighted_size(),
@@ -182,7 +226,9 @@ impl Admin {
             return text(StatusCode::FORBIDDEN, "text/plain; charset=utf-8", "host not allowed".into());
         }
         if req.method() != Method::GET {
-            return text(StatusCode::METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", "GET only".into());
+            let why =
+                if req.uri().path() == "/admin/reload" { "POST only, without a foreign Origin" } else { "GET only" };
+            return text(StatusCode::METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", why.into());
         }
         match req.uri().path() {
             "/" => text(StatusCode::OK, "text/html; charset=utf-8", PAGE.into()),
@@ -210,15 +256,15 @@ pub fn metrics_text(router: &Router, hub: &Hub) -> String {
         cache_bytes: cache.weighted_size(),
         cache_entries: cache.entry_count(),
         listeners: hub.listener_count(),
-        upstream_listens: (upstreams.iter().enumerate())
-            .map(|(i, u)| (u.name().to_owned(), hub.upstream_listens_opened(i)))
+        upstream_listens: (upstreams.iter())
+            .map(|u| (u.name().to_owned(), hub.upstream_listens_opened(u.slot() as usize)))
             .collect(),
-        watched_uris: (upstreams.iter().enumerate())
-            .map(|(i, u)| (u.name().to_owned(), cache.watches().len(i) as u64))
+        watched_uris: (upstreams.iter())
+            .map(|u| (u.name().to_owned(), cache.watches().len(u.slot() as usize) as u64))
             .collect(),
         watch_fallbacks: cache.watches().fallbacks(),
-        cache_by_upstream: (upstreams.iter().enumerate())
-            .map(|(i, u)| (u.name().to_owned(), cache.figures(i)))
+        cache_by_upstream: (upstreams.iter())
+            .map(|u| (u.name().to_owned(), cache.figures(u.slot() as usize)))
             .collect(),
         upstreams: (upstreams.iter())
             .map(|u| UpstreamState {
@@ -259,8 +305,11 @@ pub async fn serve(listener: TcpListener, admin: Admin, cancel: CancellationToke
         let cancel = cancel.clone();
         tracker.spawn(async move {
             let service = service_fn(move |req: Request<hyper::body::Incoming>| {
-                let resp = admin.serve(&req);
-                async move { Ok::<_, Infallible>(resp) }
+                let admin = admin.clone();
+                async move {
+                    let resp = if admin.is_reload(&req) { admin.reload().await } else { admin.serve(&req) };
+                    Ok::<_, Infallible>(resp)
+                }
             });
             let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
             tokio::select! {

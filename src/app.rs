@@ -12,6 +12,11 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+mod reload;
+mod triggers;
+
+pub use reload::{ReloadError, ReloadReport, Reloader};
+
 use crate::admin::{self, Admin};
 use crate::auth::Authenticator;
 use crate::cache::Cache;
@@ -67,11 +72,35 @@ struct Core {
     downstream_tracker: TaskTracker,
     /// The operations listener's view; its readiness fails from the start of shutdown.
     admin: Admin,
+    /// Applies a changed config's upstreams at run time.
+    reloader: Reloader,
     drain_timeout: Duration,
 }
 
 /// How long background tasks get to stop after cancellation before they are abandoned.
 const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Starts the handle of upstream `up` in `slot`; an upstream with TLS settings of its own
+/// gets its own HTTP client (and pool). The error names the upstream.
+fn start_upstream(
+    up: &crate::config::UpstreamConfig,
+    slot: u32,
+    client: &http::HttpClient,
+    metrics: &Metrics,
+    cancel: &CancellationToken,
+    tracker: &TaskTracker,
+) -> Result<Upstream, String> {
+    let own;
+    let client = match up.tls().map(http::tls_client) {
+        None => client,
+        Some(Ok(c)) => {
+            own = c;
+            &own
+        }
+        Some(Err(e)) => return Err(format!("upstream `{}` TLS: {}", up.name, crate::tls::error_chain(&e))),
+    };
+    Upstream::start(up.clone(), slot, client, metrics, cancel, tracker).map_err(|e| e.to_string())
+}
 
 impl Core {
     /// Validates `config` and starts the upstreams, cache, router and hub.
@@ -84,25 +113,13 @@ impl Core {
         let tracker = TaskTracker::new();
         let client = http::client();
         let metrics = Metrics::new();
+        let slots = config.reload.max_upstreams.max(config.upstreams.len());
         let mut upstreams = Vec::with_capacity(config.upstreams.len());
         let mut errors = Vec::new();
-        for up in &config.upstreams {
-            // An upstream with TLS settings of its own gets its own client (and pool).
-            let own;
-            let client = match up.tls().map(http::tls_client) {
-                None => &client,
-                Some(Ok(c)) => {
-                    own = c;
-                    &own
-                }
-                Some(Err(e)) => {
-                    errors.push(format!("upstream `{}` TLS: {}", up.name, crate::tls::error_chain(&e)));
-                    continue;
-                }
-            };
-            match Upstream::start(up.clone(), client, &metrics, &cancel, &tracker) {
+        for (slot, up) in (0u32..).zip(&config.upstreams) {
+            match start_upstream(up, slot, &client, &metrics, &cancel, &tracker) {
                 Ok(u) => upstreams.push(u),
-                Err(e) => errors.push(e.to_string()),
+                Err(e) => errors.push(e),
             }
         }
         let names = upstreams.iter().map(|u| Arc::<str>::from(u.name())).collect();
@@ -133,9 +150,10 @@ impl Core {
                 return Err(StartError::Config(vec![crate::tls::error_chain(&e)]));
             }
         };
-        let cache = Cache::new(config.cache.clone(), upstreams.len());
+        let cache = Cache::new(config.cache.clone(), slots);
         let router = Router::new(
             upstreams.clone(),
+            slots,
             config.proxy.clone(),
             cursors,
             cache.clone(),
@@ -144,12 +162,23 @@ impl Core {
         );
         router.start_reaper(&cancel, &tracker);
         let downstream = CancellationToken::new();
-        let ns = router.namespace().clone();
+        let ns = router.namespace();
         let delivery = metrics.delivery();
-        let sources = crate::hub::Sources { upstreams, ns, cache, cluster };
+        let sources = crate::hub::Sources { upstreams, ns, slots, cache, cluster };
         let hub = Hub::start(config.hub.clone(), sources, &cancel, downstream.clone(), &tracker, delivery);
         let admin_addr = config.admin.socket_addr().ok().flatten().unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
-        let admin = Admin::new(router.clone(), hub.clone(), &config.admin, admin_addr);
+        let reloader = Reloader::new(
+            config.clone(),
+            reload::Parts {
+                router: router.clone(),
+                hub: hub.clone(),
+                client: client.clone(),
+                metrics: metrics.clone(),
+                cancel: cancel.clone(),
+                tracker: tracker.clone(),
+            },
+        );
+        let admin = Admin::new(router.clone(), hub.clone(), &config.admin, admin_addr).with_reloader(reloader.clone());
         admin.start_sampler(Duration::from_secs(2), cancel.clone(), &tracker);
         Ok(Self {
             router,
@@ -162,6 +191,7 @@ impl Core {
             downstream,
             downstream_tracker: TaskTracker::new(),
             admin,
+            reloader,
             drain_timeout: config.admin.drain_timeout,
         })
     }
@@ -203,7 +233,7 @@ impl App {
             listen.max_legacy_sessions_per_principal,
             listen.legacy_session_idle,
         )
-        .with_cluster(core.router.cluster().cloned());
+        .with_cluster(core.router.cluster());
         sessions.start_sweeper(&core.cancel, &core.tracker);
         let endpoint =
             Endpoint::new(core.router.clone(), core.hub.clone(), auth, listen, sessions, core.metrics.clone());
@@ -312,6 +342,18 @@ impl App {
     /// The subscription hub.
     pub fn hub(&self) -> &Hub {
         &self.core.hub
+    }
+
+    /// Applies changed configs (`resmux serve` wires SIGHUP and the file watch to it).
+    pub fn reloader(&self) -> &Reloader {
+        &self.core.reloader
+    }
+
+    /// Reloads from `path` (the file `config` was loaded from) on SIGHUP, on `POST
+    /// /admin/reload` and, with `[reload] watch`, when the file changes; until shutdown begins.
+    pub fn reload_from(&self, path: &std::path::Path, config: &crate::config::ReloadConfig) {
+        let core = &self.core;
+        core.reloader.start_triggers(path, config.watch, config.poll_interval, &core.downstream, &core.tracker);
     }
 
     /// Stops accepting, drains open requests, stops upstream processes.

@@ -61,8 +61,9 @@ impl moka::Expiry<CacheKey, Arc<Entry>> for Reclaim {
 }
 
 impl Cache {
-    /// A cache bounded by `config.max_bytes`, `upstreams` wide.
-    pub fn new(config: CacheConfig, upstreams: usize) -> Self {
+    /// A cache bounded by `config.max_bytes`, for upstream slots `0..slots`.
+    pub fn new(config: CacheConfig, slots: usize) -> Self {
+        let upstreams = slots;
         let watches = Arc::new(Watches::new(upstreams, config.max_watched_uris));
         let released = watches.clone();
         let figures = Arc::new(figures::Figures::new(upstreams));
@@ -71,6 +72,8 @@ impl Cache {
             .max_capacity(config.max_bytes)
             .weigher(|k: &CacheKey, v: &Arc<Entry>| u32::try_from(k.weight() + v.weight()).unwrap_or(u32::MAX))
             .expire_after(Reclaim)
+            // A removed or replaced upstream's entries are dropped by predicate.
+            .support_invalidation_closures()
             // Every removal (expiry, eviction, replacement, invalidation) releases the entry's
             // watch; every store took one.
             .eviction_listener(move |k: Arc<CacheKey>, v: Arc<Entry>, cause: moka::notification::RemovalCause| {
@@ -183,6 +186,22 @@ impl Cache {
         self.0.figures.stored(&key, &entry);
         self.0.store.insert(key, Arc::new(entry));
         true
+    }
+
+    /// The largest entry stored; a read answer past it is relayed, not held.
+    pub fn max_entry_bytes(&self) -> u64 {
+        self.0.config.max_entry_bytes
+    }
+
+    /// Drops every entry of upstream `slot` (removed or replaced by a reload) and makes
+    /// anything fetched from it before now stale, so that neither a late store of a request
+    /// still in flight nor a stale-if-error serve can bring its content back.
+    pub fn drop_upstream(&self, slot: u32) {
+        self.0.epochs.stream_lost(slot);
+        if let Err(e) = self.0.store.invalidate_entries_if(move |k, _| k.upstream == slot) {
+            tracing::warn!(slot, error = %e, "cannot drop a removed upstream's cache entries");
+        }
+        self.0.store.run_pending_tasks();
     }
 
     /// Lifetime of a negative ("resource not found") entry.

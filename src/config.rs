@@ -10,6 +10,7 @@ mod hub;
 mod listen;
 mod load;
 mod proxy;
+mod reload;
 mod upstream;
 mod validate;
 pub use validate::forbidden_header;
@@ -26,6 +27,7 @@ pub use hub::HubConfig;
 pub use listen::{ListenConfig, ListenTls};
 pub use load::{ConfigError, ConfigErrors, load, load_without_secrets, parse};
 pub use proxy::{LogConfig, LogFormat, ProxyConfig, TelemetryConfig};
+pub use reload::ReloadConfig;
 pub use upstream::{
     CacheScopeDefault, ClientAuth, Credential, DEFAULT_MAX_CACHED_TOKENS, OAuthClient, OnError, ProxyRequests,
     SecretError, SecretSource, Transport, UpstreamConfig,
@@ -62,6 +64,9 @@ pub struct Config {
     /// Trace export.
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// Applying a changed config file without a restart.
+    #[serde(default)]
+    pub reload: ReloadConfig,
     /// The upstream MCP servers, in priority order (first wins on a name conflict).
     #[serde(default, rename = "upstream")]
     pub upstreams: Vec<UpstreamConfig>,

@@ -5,11 +5,14 @@
 mod changes;
 mod feed;
 mod listener;
+mod reload;
 mod replicas;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
 use std::time::Duration;
 
 use prometheus_client::metrics::histogram::Histogram;
@@ -18,6 +21,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use listener::{Listener, Notice, Topic};
+use reload::Slot;
+pub use reload::{Lineup, Moves};
 
 use crate::auth::{Principal, policy};
 use crate::cache::Cache;
@@ -36,22 +41,18 @@ pub struct Hub(Arc<Inner>);
 
 struct Inner {
     config: HubConfig,
-    upstreams: Vec<Upstream>,
-    ns: Namespace,
+    /// The upstreams in config order and their namespaces, swapped by a reload.
+    lineup: ArcSwap<Lineup>,
     cache: Cache,
-    /// What each upstream's feed should listen for (listeners' URIs and lists; the cache's
-    /// standing list interest is added by the feed from the upstream's capabilities).
-    desired: Vec<watch::Sender<Filter>>,
+    /// Per upstream slot (its identity while it runs, see [`Upstream::slot`]): the upstream,
+    /// its feed and what the feed listens for.
+    slots: Vec<Slot>,
     registry: Mutex<Registry>,
     next_id: AtomicU64,
     /// Fires at shutdown: listen streams end with a result.
     shutdown: CancellationToken,
-    /// Upstream listens opened since start, per upstream (for tests and metrics).
-    opened: Vec<AtomicU64>,
-    /// What each upstream is subscribed to right now (the feed's live listen, or its legacy
-    /// subscriptions): a listen is acknowledged once its topics are covered, so that no change
-    /// after the acknowledgment can be missed.
-    active: Vec<watch::Sender<Filter>>,
+    /// Stops every feed at shutdown (each feed runs under a child of it).
+    cancel: CancellationToken,
     /// The shared tier, when replicas share state: its leases decide which replica runs each
     /// upstream listen, and its bus carries what those listens see to the others.
     cluster: Option<Cluster>,
@@ -68,7 +69,7 @@ struct Inner {
 struct Registry {
     listeners: HashMap<u64, Arc<Listener>>,
     per_principal: HashMap<Principal, usize>,
-    /// Who listens to what: `(upstream, topic)` → listener ids.
+    /// Who listens to what: `(upstream slot, topic)` → listener ids.
     topics: HashMap<(usize, Topic), HashSet<u64>>,
 }
 
@@ -87,10 +88,12 @@ impl Drop for Subscription {
 }
 
 /// What the hub serves from: the upstreams (with their namespaces), the cache its
-/// notifications invalidate, and the cluster tier when replicas share state.
+/// notifications invalidate, and the cluster tier when replicas share state. `slots` bounds
+/// the upstream slots (`[reload] max_upstreams`).
 pub struct Sources {
     pub upstreams: Vec<Upstream>,
     pub ns: Namespace,
+    pub slots: usize,
     pub cache: Cache,
     pub cluster: Option<Cluster>,
 }
@@ -108,28 +111,24 @@ impl Hub {
         tracker: &TaskTracker,
         delivery: Histogram,
     ) -> Self {
-        let Sources { upstreams, ns, cache, cluster } = sources;
-        let desired = upstreams.iter().map(|_| watch::channel(Filter::default()).0).collect();
-        let opened = upstreams.iter().map(|_| AtomicU64::new(0)).collect();
-        let active = upstreams.iter().map(|_| watch::channel(Filter::default()).0).collect();
+        let Sources { upstreams, ns, slots, cache, cluster } = sources;
+        let slots = (0..slots.max(upstreams.len())).map(|_| Slot::new()).collect();
         let hub = Self(Arc::new(Inner {
             config,
-            upstreams,
-            ns,
+            lineup: ArcSwap::from_pointee(Lineup::new(upstreams.clone(), ns)),
             cache,
-            desired,
+            slots,
             registry: Mutex::default(),
             next_id: AtomicU64::new(1),
             shutdown: listens_end,
-            opened,
-            active,
+            cancel: cancel.clone(),
             cluster,
             solo: (watch::channel(Role::Solo).0, watch::channel(Filter::default()).0),
             tracker: tracker.clone(),
             delivery,
         }));
-        for index in 0..hub.0.upstreams.len() {
-            tracker.spawn(feed::run(hub.clone(), index, cancel.clone()));
+        for upstream in &upstreams {
+            hub.install(upstream);
         }
         if let Some(cluster) = &hub.0.cluster {
             replicas::start(&hub, cluster, cancel, tracker);
@@ -163,14 +162,15 @@ impl Hub {
         self.0.registry.lock().expect("registry").listeners.len()
     }
 
-    /// Upstream listens opened so far for upstream `index`.
-    pub fn upstream_listens_opened(&self, index: usize) -> u64 {
-        self.0.opened[index].load(Ordering::Relaxed)
+    /// Upstream listens opened so far for upstream slot `slot` (since its upstream was
+    /// installed there).
+    pub fn upstream_listens_opened(&self, slot: usize) -> u64 {
+        self.0.slots.get(slot).map_or(0, |s| s.opened.load(Ordering::Relaxed))
     }
 
-    /// Whether upstream `index` holds a standing listen (or legacy subscriptions) now.
-    pub fn upstream_listening(&self, index: usize) -> bool {
-        !self.0.active[index].borrow().is_empty()
+    /// Whether upstream slot `slot` holds a standing listen (or legacy subscriptions) now.
+    pub fn upstream_listening(&self, slot: usize) -> bool {
+        self.0.slots.get(slot).is_some_and(|s| !s.active.borrow().is_empty())
     }
 
     /// Waits (at most `wait`) until the upstreams are subscribed to everything `listener`
@@ -179,8 +179,8 @@ impl Hub {
     /// once it is back.
     pub async fn ready(&self, listener: &Listener, wait: Duration) -> bool {
         let covered = async {
-            for (up, topic) in &listener.topics {
-                let mut rx = self.0.active[*up].subscribe();
+            for (up, topic) in &listener.topics() {
+                let mut rx = self.0.slots[*up].active.subscribe();
                 let _ = rx
                     .wait_for(|f| match topic {
                         Topic::Uri(uri) => f.uris.contains(uri),
@@ -212,7 +212,7 @@ impl Hub {
         {
             cluster.announce(index, Event::Active(filter.clone()));
         }
-        self.0.active[index].send_replace(filter);
+        self.0.slots[index].active.send_replace(filter);
     }
 
     /// Whether this replica runs upstream `index`'s listen (always, on a single replica).
@@ -248,10 +248,15 @@ impl Hub {
             ))
             .into());
         }
-        let (topics, honoured) = self.honoured(filter, principal);
+        let (topics, honoured, lineup) = self.honoured(filter, principal);
         let id = self.0.next_id.fetch_add(1, Ordering::Relaxed);
         let listener = Arc::new(Listener::new(id, principal.clone(), subscription, topics));
         let mut reg = self.0.registry.lock().expect("registry");
+        if !Arc::ptr_eq(&lineup, &self.0.lineup.load()) {
+            // A reload swapped the upstreams meanwhile (under this lock): route again.
+            drop(reg);
+            return self.subscribe(principal, listener.subscription.clone(), filter);
+        }
         if reg.listeners.len() >= cfg.max_listeners {
             return Err(DownstreamError::LimitReached(format!(
                 "the proxy holds its maximum of {} listens",
@@ -270,7 +275,8 @@ impl Hub {
         }
         *mine += 1;
         let mut added = Vec::new();
-        for (up, topic) in &listener.topics {
+        let topics = listener.topics();
+        for (up, topic) in &topics {
             let set = reg.topics.entry((*up, topic.clone())).or_default();
             if set.is_empty() {
                 added.push((*up, topic));
@@ -285,20 +291,22 @@ impl Hub {
 
     /// The topics to register and the acknowledgment's filter for a requested `filter`: what
     /// the owning upstreams honour and `principal` may reach (a forbidden URI is left out of
-    /// the acknowledgment exactly like one no upstream can watch).
-    fn honoured(&self, filter: &Filter, principal: &Principal) -> (Vec<(usize, Topic)>, Filter) {
+    /// the acknowledgment exactly like one no upstream can watch), with the lineup they were
+    /// routed on.
+    fn honoured(&self, filter: &Filter, principal: &Principal) -> (Vec<(usize, Topic)>, Filter, Arc<Lineup>) {
         let mut topics = Vec::new();
         let mut ack = Filter::default();
+        let lineup = self.0.lineup.load_full();
         for uri in &filter.uris {
-            let Some(route) = self.0.ns.route_uri(uri) else { continue };
+            let Some(route) = lineup.ns.route_uri(uri) else { continue };
             let (candidates, upstream_uri) = route.candidates();
             let mut any = false;
             for &i in candidates {
-                let up = &self.0.upstreams[i];
+                let up = &lineup.upstreams[i];
                 if up.info().is_some_and(|info| info.flag("resources", "subscribe"))
                     && policy::allows(&up.config().allow, principal, policy::Kind::Uri, upstream_uri)
                 {
-                    topics.push((i, Topic::Uri(upstream_uri.to_owned())));
+                    topics.push((up.slot() as usize, Topic::Uri(upstream_uri.to_owned())));
                     any = true;
                 }
             }
@@ -310,16 +318,16 @@ impl Hub {
             if !filter.list(kind) {
                 continue;
             }
-            for (i, up) in self.0.upstreams.iter().enumerate() {
+            for up in &lineup.upstreams {
                 if up.info().is_some_and(|info| info.flag(kind.name(), "listChanged"))
                     && policy::reaches_upstream(&up.config().allow, principal)
                 {
-                    topics.push((i, Topic::List(kind)));
+                    topics.push((up.slot() as usize, Topic::List(kind)));
                     ack.set_list(kind, true);
                 }
             }
         }
-        (topics, ack)
+        (topics, ack, lineup)
     }
 
     fn unregister(&self, id: u64) {
@@ -332,7 +340,8 @@ impl Hub {
             }
         }
         let mut removed = Vec::new();
-        for (up, topic) in &listener.topics {
+        let topics = listener.topics();
+        for (up, topic) in &topics {
             let key = (*up, topic.clone());
             if let Some(set) = reg.topics.get_mut(&key) {
                 set.remove(&id);
@@ -359,7 +368,7 @@ impl Hub {
             }
         }
         for (up, topics) in by_upstream {
-            self.0.desired[up].send_if_modified(|filter| {
+            self.0.slots[up].desired.send_if_modified(|filter| {
                 let mut changed = false;
                 for topic in &topics {
                     changed |= match topic {

@@ -9,10 +9,10 @@ mod encode;
 mod incoming;
 mod raw_object;
 mod rpc_error;
+pub mod scan;
 
 pub use encode::{
-    ResultText, encode_error, encode_notification, encode_request, encode_result, encode_result_text,
-    write_json_string, write_spliced,
+    Spliced, encode_error, encode_notification, encode_request, encode_result, encode_result_pieces, write_json_string,
 };
 pub use incoming::{DEFAULT_MAX_DEPTH, Incoming, Kind, MAX_DEPTH_LIMIT, MessageError, RequestId, depth_exceeds};
 pub use raw_object::{RawObject, raw_str};

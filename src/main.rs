@@ -40,6 +40,17 @@ enum Command {
         #[arg(long)]
         require_secrets: bool,
     },
+    /// Make a running `serve` reload its config file (`POST /admin/reload` on its admin
+    /// listener) and print what changed, or every error; exit 1 when the reload was refused.
+    Reload {
+        /// The admin listener, e.g. `http://127.0.0.1:9090`. Default: `[admin] addr` of
+        /// `--config`.
+        #[arg(long, conflicts_with = "config")]
+        admin: Option<String>,
+        /// The config file the proxy runs (its `[admin] addr` is used).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
     /// Probe an admin endpoint (container HEALTHCHECK): exit 0 on a 2xx answer within 3 s.
     Health {
         #[arg(long, default_value = "http://127.0.0.1:9090/healthz")]
@@ -85,10 +96,12 @@ enum ProfileArg {
 async fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config } => {
-            let config = config::load(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
+        Command::Serve { config: path } => {
+            let config = config::load(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
             let telemetry = resmux::telemetry::install(&config.log, &config.telemetry).map_err(anyhow::Error::msg)?;
+            let reload = config.reload.clone();
             let app = App::start(config).await?;
+            app.reload_from(&path, &reload);
             shutdown_signal().await;
             app.shutdown().await;
             telemetry.shutdown().await;
@@ -133,6 +146,7 @@ async fn main() -> Result<()> {
             }
         }
         Command::Demo { addr, admin_addr } => demo(addr, admin_addr).await?,
+        Command::Reload { admin, config } => reload(admin, config).await?,
         Command::SampleUpstream { profile, http, crashable, count, tick_ms } => {
             resmux::telemetry::init(&Default::default());
             let mut spec = match profile {
@@ -155,6 +169,53 @@ async fn main() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `resmux reload`: asks the admin listener to reload and prints its answer.
+async fn reload(admin: Option<String>, config: Option<PathBuf>) -> Result<()> {
+    use http_body_util::BodyExt;
+    let base = match (admin, config) {
+        (Some(url), _) => url.trim_end_matches('/').to_owned(),
+        (None, Some(path)) => {
+            let (c, _) = config::load_without_secrets(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
+            match c.admin.socket_addr() {
+                Ok(Some(addr)) => format!("http://{addr}"),
+                _ => anyhow::bail!("{}: [admin] addr is not set; reload needs the admin listener", path.display()),
+            }
+        }
+        (None, None) => "http://127.0.0.1:9090".to_owned(),
+    };
+    let url = format!("{base}/admin/reload");
+    let client = resmux::upstream::http::client();
+    let req = http::Request::post(&url).body(http_body_util::Full::new(bytes::Bytes::new()))?;
+    let answer = async {
+        let resp = client.request(req).await?;
+        let status = resp.status();
+        let body = resp.into_body().collect().await?.to_bytes();
+        anyhow::Ok((status, body))
+    };
+    let (status, body) = tokio::time::timeout(std::time::Duration::from_secs(120), answer)
+        .await
+        .map_err(|_| anyhow::anyhow!("{url}: no answer within 120 s"))??;
+    let v: serde_json::Value =
+        serde_json::from_slice(&body).with_context(|| format!("{url}: {status}: not a reload answer"))?;
+    if let Some(report) = v.get("report").filter(|_| status.is_success()) {
+        let names = |k: &str| {
+            let list: Vec<&str> = report[k].as_array().into_iter().flatten().filter_map(|n| n.as_str()).collect();
+            if list.is_empty() { "-".to_owned() } else { list.join(", ") }
+        };
+        println!("reloaded ({url})");
+        for k in ["added", "removed", "changed", "unchanged", "not_ready"] {
+            println!("  {k:<10} {}", names(k));
+        }
+        println!("  swap       {} µs", report["swap_micros"]);
+        return Ok(());
+    }
+    eprintln!("reload refused ({url}, {status}); the running config stays:");
+    for e in v["errors"].as_array().into_iter().flatten() {
+        eprintln!("  {}", e.as_str().unwrap_or_default());
+    }
+    std::process::exit(1);
 }
 
 /// One GET through the proxy's own HTTP client.

@@ -10,6 +10,7 @@ mod discovery;
 mod era;
 mod headers;
 pub mod http;
+pub mod large;
 pub mod legacy;
 pub mod listen;
 pub mod relay;
@@ -32,6 +33,7 @@ pub use crate::mcp::notify::Unsolicited;
 pub use credential::OnBehalf;
 pub use discovery::UpstreamInfo;
 pub use era::{Era, UpstreamSession};
+pub use large::{Fetch, LargeBody};
 pub use relay::Relayed;
 pub use reply::{Malformed, Reply};
 
@@ -75,6 +77,8 @@ pub struct Upstream(Arc<Inner>);
 
 struct Inner {
     config: UpstreamConfig,
+    /// Its identity while it runs (see [`Upstream::slot`]).
+    slot: u32,
     transport: Transport,
     /// How requests authenticate to the upstream (HTTP only; `Static` for stdio).
     credential: credential::Credential,
@@ -101,7 +105,8 @@ struct Inner {
     /// Whether a probe has finished (either way): until then requests wait briefly for the
     /// era; afterwards an unknown era means unreachable, and requests fail fast.
     probed: std::sync::atomic::AtomicBool,
-    /// The proxy's cancellation, for tasks started later (legacy GET streams).
+    /// This upstream's own cancellation (a child of the proxy's): stopping it ends its
+    /// discovery, its stdio child and its legacy GET stream, and nothing else.
     cancel: CancellationToken,
     /// Its tools and prompts by name, for routing calls and mirroring tool arguments.
     catalog: catalog::Catalog,
@@ -121,14 +126,17 @@ enum Transport {
 
 impl Upstream {
     /// Builds the handle and starts what it runs in the background (a stdio process's
-    /// supervisor, the discovery loop) on `tracker`, stopping on `cancel`.
+    /// supervisor, the discovery loop) on `tracker`, stopping on `cancel` or [`Upstream::stop`].
+    /// `slot` is its identity while it runs (cache keys, the hub's feed, the epochs).
     pub fn start(
         config: UpstreamConfig,
+        slot: u32,
         client: &http::HttpClient,
         metrics: &Metrics,
         cancel: &CancellationToken,
         tracker: &TaskTracker,
     ) -> Result<Self, SetupError> {
+        let cancel = &cancel.child_token();
         let unsolicited = broadcast::channel(1024).0;
         let mut credential = credential::Credential::Static;
         let transport = match config.transport() {
@@ -164,6 +172,7 @@ impl Upstream {
         let upstream = Self(Arc::new(Inner {
             in_flight: Arc::new(Semaphore::new(config.max_in_flight)),
             config,
+            slot,
             transport,
             credential,
             next_id: AtomicU64::new(1),
@@ -183,6 +192,21 @@ impl Upstream {
         }));
         tracker.spawn(discovery::run(upstream.clone(), cancel.clone()));
         Ok(upstream)
+    }
+
+    /// Its identity while it runs: the slot its cache entries, epochs, watches and feed are
+    /// kept under. Stable across config reloads that leave this upstream untouched; a changed
+    /// upstream is a new handle in a new slot. A slot is reused only once every handle on it
+    /// is gone and its entries dropped.
+    pub fn slot(&self) -> u32 {
+        self.0.slot
+    }
+
+    /// Stops what it runs in the background: discovery, its stdio child (stdin closed, then
+    /// killed after its grace), its legacy GET stream. Requests already in flight on an HTTP
+    /// upstream finish; a removed or replaced upstream is stopped once they have.
+    pub fn stop(&self) {
+        self.0.cancel.cancel();
     }
 
     /// The configured name.

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::epochs::Ticket;
-use crate::jsonrpc::{RawObject, ResultText};
+use crate::jsonrpc::{RawObject, Spliced};
 
 /// A stored answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,10 +54,18 @@ impl Stored {
     }
 }
 
-/// A stored result with `ttlMs` set to `ttl_ms`, still in parts: written once, where it is
-/// sent (see [`ResultText`]).
-pub fn splice_ttl(tail: &Bytes, ttl_ms: u64) -> ResultText {
-    ResultText::Spliced { ttl_ms, tail: tail.clone() }
+/// A stored result with `ttlMs` set to `ttl_ms`: `{"ttlMs":N,` in front of the stored tail,
+/// which is shared, not copied.
+pub fn splice_ttl(tail: &Bytes, ttl_ms: u64) -> Spliced {
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(ttl_ms).as_bytes();
+    let mut head = Vec::with_capacity(digits.len() + 12);
+    head.extend_from_slice(b"{\"ttlMs\":");
+    head.extend_from_slice(digits);
+    if tail.first() != Some(&b'}') {
+        head.push(b',');
+    }
+    Spliced { head: Bytes::from(head), tail: tail.clone() }
 }
 
 /// One cache entry.
@@ -108,12 +116,13 @@ mod tests {
         else {
             panic!()
         };
-        let out = splice_ttl(&tail, 1234).into_bytes();
-        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let out = splice_ttl(&tail, 1234);
+        assert_eq!(out.tail.as_ptr(), tail.as_ptr(), "the stored tail is shared, not copied");
+        let v: serde_json::Value = serde_json::from_slice(&out.to_bytes()).unwrap();
         assert_eq!(v["ttlMs"], 1234);
         assert_eq!(v["cacheScope"], "public");
         let Stored::Result { tail } = Stored::result(b"{}").unwrap() else { panic!() };
-        assert_eq!(&splice_ttl(&tail, 5).into_bytes()[..], br#"{"ttlMs":5}"#);
+        assert_eq!(&splice_ttl(&tail, 5).to_bytes()[..], br#"{"ttlMs":5}"#);
         assert!(Stored::result(b"[1]").is_none());
     }
 

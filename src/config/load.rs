@@ -51,7 +51,7 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
 }
 
 const SECTIONS: &[&str] =
-    &["listen", "admin", "auth", "proxy", "cache", "hub", "log", "telemetry", "cluster", "upstream"];
+    &["listen", "admin", "auth", "proxy", "cache", "hub", "log", "telemetry", "cluster", "reload", "upstream"];
 
 /// Like [`load`], but a secret that does not resolve here is not an error: it comes back as
 /// a warning (`resmux check` in CI, where no secrets are set). Everything else is checked.
@@ -97,6 +97,7 @@ pub fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
     section(&table, "log", &spans, &mut errors, &mut config.log);
     section(&table, "cluster", &spans, &mut errors, &mut config.cluster);
     section(&table, "telemetry", &spans, &mut errors, &mut config.telemetry);
+    section(&table, "reload", &spans, &mut errors, &mut config.reload);
     match table.get("upstream") {
         None => {}
         Some(toml::Value::Array(items)) => {

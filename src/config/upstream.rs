@@ -53,10 +53,15 @@ pub struct UpstreamConfig {
     /// [`Credential`]). Default `static`: the `headers` above, nothing more.
     #[serde(default)]
     pub credential: Credential,
-    /// Largest accepted upstream message (response body, SSE event or stdio line). Default
-    /// 16 MiB.
+    /// Largest upstream message the proxy parses or caches (response body, SSE event or stdio
+    /// line). Default 16 MiB. A `resources/read` result past the cache's `max_entry_bytes`
+    /// over HTTP is not held at all but relayed as it arrives, up to `max_relay_bytes`.
     #[serde(default = "default_max_message")]
     pub max_message_bytes: usize,
+    /// Largest `resources/read` answer relayed from this HTTP upstream to a client without
+    /// being buffered (see `max_message_bytes`); past it the relay is cut. Default 1 GiB.
+    #[serde(default = "default_max_relay")]
+    pub max_relay_bytes: u64,
     /// TTL used when a result carries no `ttlMs` (legacy or non-conformant servers). Default 0:
     /// such results are not cached.
     #[serde(default, with = "humantime_serde")]
@@ -134,6 +139,7 @@ impl UpstreamConfig {
             headers: BTreeMap::new(),
             credential: Credential::Static {},
             max_message_bytes: default_max_message(),
+            max_relay_bytes: default_max_relay(),
             default_ttl: Duration::ZERO,
             default_scope: CacheScopeDefault::default(),
             cache: true,
@@ -352,6 +358,10 @@ fn default_timeout() -> Duration {
 fn default_in_flight() -> usize {
     64
 }
+fn default_max_relay() -> u64 {
+    1 << 30
+}
+
 fn default_max_message() -> usize {
     16 << 20
 }

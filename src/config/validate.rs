@@ -86,6 +86,12 @@ impl Config {
         if !self.listen.path.starts_with('/') {
             err("listen.path".into(), "must start with `/`");
         }
+        if self.reload.max_upstreams < self.upstreams.len() {
+            err("reload.max_upstreams".into(), "must be at least the number of [[upstream]] sections");
+        }
+        if self.reload.poll_interval.is_zero() {
+            err("reload.poll_interval".into(), "must be positive");
+        }
         if self.listen.max_body_bytes == 0 {
             err("listen.max_body_bytes".into(), "must be at least 1");
         }

@@ -1,16 +1,51 @@
-//! Response bodies: a whole body, or a stream fed through a bounded channel (listen streams).
+//! Response bodies: a whole body (in up to three pieces written back to back, so that a cached
+//! result is written without being copied), a stream fed through a bounded channel (listen
+//! streams), or a large read relayed from its upstream as it arrives.
 
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use http_body_util::{Either, Full};
-use hyper::body::Frame;
+use bytes::{Buf, Bytes};
+use http_body_util::Either;
+use hyper::body::{Frame, SizeHint};
 use tokio::sync::mpsc;
 
+use crate::error::UpstreamError;
+
 /// The body of every downstream response.
-pub type Body = Either<Full<Bytes>, ChannelBody>;
+pub type Body = Either<Pieces, Either<ChannelBody, RelayedBody>>;
+
+/// A whole body in pieces: each is one frame, none is copied.
+pub struct Pieces {
+    pieces: [Bytes; 3],
+    next: usize,
+}
+
+impl hyper::body::Body for Pieces {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        while self.next < self.pieces.len() {
+            let n = self.next;
+            self.next += 1;
+            let piece = std::mem::take(&mut self.pieces[n]);
+            if piece.has_remaining() {
+                return Poll::Ready(Some(Ok(Frame::data(piece))));
+            }
+        }
+        Poll::Ready(None)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.pieces[self.next.min(3)..].iter().all(Bytes::is_empty)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.pieces[self.next.min(3)..].iter().map(|p| p.len() as u64).sum())
+    }
+}
 
 /// A body whose chunks come from a channel; it ends when every sender is gone. When the
 /// client goes away hyper drops it, which the sender sees as a closed channel.
@@ -33,7 +68,55 @@ impl hyper::body::Body for ChannelBody {
     }
 }
 
+type Relayed = Pin<Box<dyn futures_util::Stream<Item = Result<Bytes, UpstreamError>> + Send>>;
+
+/// A relayed read: the client's envelope around the result's pieces as the upstream sends
+/// them. An upstream failure mid-way is the body's error, on which hyper aborts the response
+/// (the client sees it incomplete, never as a well-formed end).
+pub struct RelayedBody {
+    head: Option<Bytes>,
+    stream: Option<Relayed>,
+}
+
+impl hyper::body::Body for RelayedBody {
+    type Data = Bytes;
+    type Error = UpstreamError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, UpstreamError>>> {
+        if let Some(head) = self.head.take() {
+            return Poll::Ready(Some(Ok(Frame::data(head))));
+        }
+        let Some(stream) = self.stream.as_mut() else { return Poll::Ready(None) };
+        match futures_util::ready!(stream.as_mut().poll_next(cx)) {
+            Some(piece) => Poll::Ready(Some(piece.map(Frame::data))),
+            None => {
+                self.stream = None;
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"}")))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.head.is_none() && self.stream.is_none()
+    }
+}
+
 /// A whole body.
 pub fn full(bytes: Bytes) -> Body {
-    Either::Left(Full::new(bytes))
+    pieces([bytes, Bytes::new(), Bytes::new()])
+}
+
+/// A whole body written from pieces.
+pub fn pieces(pieces: [Bytes; 3]) -> Body {
+    Either::Left(Pieces { pieces, next: 0 })
+}
+
+/// A streamed body fed by a channel.
+pub fn channel(rx: mpsc::Receiver<Bytes>) -> Body {
+    Either::Right(Either::Left(ChannelBody::new(rx)))
+}
+
+/// A relayed read: `head` (the envelope up to the result), the result's pieces, `}`.
+pub fn relayed(head: Bytes, stream: Relayed) -> Body {
+    Either::Right(Either::Right(RelayedBody { head: Some(head), stream: Some(stream) }))
 }

@@ -54,8 +54,8 @@ impl Legacy {
         let version = negotiate(params.get_str("protocolVersion").as_deref());
         let call = Call::new(m::DISCOVER, RawObject::default(), RawObject::default(), principal);
         let discovered = self.router.handle(&call).await?;
-        let body =
-            discovered.outcome.map_err(|e| Error::Internal(format!("server/discover failed: {e}")))?.into_bytes();
+        let body = discovered.outcome.map_err(|e| Error::Internal(format!("server/discover failed: {e}")))?;
+        let body = body.into_bytes().await?;
         let discover: Value = serde_json::from_slice(&body).map_err(|e| Error::Internal(e.to_string()))?;
         let mut result = json!({
             "protocolVersion": version,
@@ -171,9 +171,9 @@ mod tests {
     fn not_found_is_the_legacy_code() {
         let e = rpc_error(&DownstreamError::ResourceNotFound { uri: "x://y".into() }.into());
         assert_eq!((e.code, e.data.unwrap()["uri"].as_str()), (-32002, Some("x://y")));
-        let relayed = Answer::error(RpcError::new(-32602, "Resource not found").with_data(json!({"uri": "a://b"})));
-        assert_eq!(legacy_answer(m::RESOURCES_READ, relayed.clone()).outcome.unwrap_err().code, -32002);
-        assert_eq!(legacy_answer(m::TOOLS_CALL, relayed).outcome.unwrap_err().code, -32602);
+        let relayed = || Answer::error(RpcError::new(-32602, "Resource not found").with_data(json!({"uri": "a://b"})));
+        assert_eq!(legacy_answer(m::RESOURCES_READ, relayed()).outcome.unwrap_err().code, -32002);
+        assert_eq!(legacy_answer(m::TOOLS_CALL, relayed()).outcome.unwrap_err().code, -32602);
         let other = Answer::error(RpcError::new(-32602, "bad cursor"));
         assert_eq!(legacy_answer(m::RESOURCES_READ, other).outcome.unwrap_err().code, -32602);
     }

@@ -9,12 +9,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use http::{HeaderValue, Response};
-use http_body_util::Either;
 use tokio::sync::mpsc;
 use tokio::time::{MissedTickBehavior, interval, timeout};
 use tokio_util::sync::CancellationToken;
 
-use super::body::{Body, ChannelBody};
+use super::body::Body;
 use super::framing::Framing;
 use crate::auth::Principal;
 use crate::error::{DownstreamError, Error};
@@ -60,7 +59,7 @@ pub(super) fn subscribe(
 
 /// A streaming response whose SSE frames come from `rx`.
 pub(super) fn sse_response(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
-    let mut resp = Response::new(Either::Right(ChannelBody::new(rx)));
+    let mut resp = Response::new(super::body::channel(rx));
     let h = resp.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));

@@ -13,7 +13,7 @@ use super::framing::Framing;
 use super::listen::sse_response;
 use super::validate::{self, Body};
 use crate::auth::Principal;
-use crate::jsonrpc::{Incoming, RawObject, RequestId, encode_error, encode_result_text};
+use crate::jsonrpc::{Incoming, RawObject, RequestId, encode_error, encode_result};
 use crate::mcp::method as m;
 use crate::router::{Answer, Call, Router};
 
@@ -57,9 +57,14 @@ where
 }
 
 /// The JSON-RPC response to a routed request.
-pub(super) fn encode_answer(id: &RequestId, answer: Result<Answer, crate::error::Error>) -> Bytes {
+/// A relayed result is read whole here (these transports write whole messages), within the
+/// upstream's `max_message_bytes`.
+pub(super) async fn encode_answer(id: &RequestId, answer: Result<Answer, crate::error::Error>) -> Bytes {
     match answer {
-        Ok(Answer { outcome: Ok(result), .. }) => encode_result_text(id, &result),
+        Ok(Answer { outcome: Ok(result), .. }) => match result.into_bytes().await {
+            Ok(result) => encode_result(id, &result),
+            Err(e) => encode_error(Some(id), &crate::error::Error::from(e).to_jsonrpc().1),
+        },
         Ok(Answer { outcome: Err(e), .. }) => encode_error(Some(id), &e),
         Err(e) => encode_error(Some(id), &e.to_jsonrpc().1),
     }
@@ -93,7 +98,7 @@ pub(super) fn serve_http(
                 }
             })
             .await;
-            let _ = tx.send(Framing::Sse.frame(&encode_answer(&checked.id, answer))).await;
+            let _ = tx.send(Framing::Sse.frame(&encode_answer(&checked.id, answer).await)).await;
         },
         span,
     ));

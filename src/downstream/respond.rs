@@ -5,32 +5,33 @@ use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderValue, Response, StatusCode};
 
-use super::body::{Body, full};
+use super::body::{Body, full, pieces, relayed};
 use super::validate::Rejected;
 use crate::error::Error;
-use crate::jsonrpc::{RequestId, encode_error, encode_result_text};
-use crate::router::Answer;
+use crate::jsonrpc::{RequestId, Spliced, encode_error, encode_result_pieces};
+use crate::router::{Answer, Payload};
 
 /// Response header naming how the cache took part.
 pub const H_CACHE: &str = "resmux-cache";
 
-/// [`H_CACHE`] as a header name, validated once at compile time rather than per answer.
-const CACHE_HEADER: http::HeaderName = http::HeaderName::from_static(H_CACHE);
-
 pub type Resp = Response<Body>;
 
-/// A routed answer: 200 with the result or the relayed error, and the cache headers.
+/// A routed answer: 200 with the result or the relayed error, and the cache headers. A
+/// cached result's stored text goes out as it is kept (no copy); a relayed one as it arrives.
 pub fn answer(id: &RequestId, answer: Answer) -> Resp {
-    let (status, body) = match &answer.outcome {
-        Ok(result) => (StatusCode::OK, encode_result_text(id, result)),
+    let mut resp = match answer.outcome {
+        Ok(Payload::Json(result)) => with_type(StatusCode::OK, pieces(encode_result_pieces(id, &result))),
+        Ok(Payload::Relayed(relay)) => {
+            let [head, ..] = encode_result_pieces(id, &Spliced::default());
+            with_type(StatusCode::OK, relayed(head, Box::pin(relay.into_stream())))
+        }
         Err(err) => {
             let status = StatusCode::from_u16(err.downstream_status()).unwrap_or(StatusCode::OK);
-            (status, encode_error(Some(id), err))
+            json(status, encode_error(Some(id), &err))
         }
     };
-    let mut resp = json(status, body);
     let h = resp.headers_mut();
-    h.insert(CACHE_HEADER, HeaderValue::from_static(answer.cache.as_str()));
+    h.insert(H_CACHE, HeaderValue::from_static(answer.cache.as_str()));
     if let Some(age) = answer.age {
         h.insert(http::header::AGE, HeaderValue::from(age));
     }
@@ -49,7 +50,11 @@ pub fn error(id: Option<&RequestId>, e: Error) -> Resp {
 }
 
 pub fn json(status: StatusCode, body: Bytes) -> Resp {
-    let mut resp = Response::new(full(body));
+    with_type(status, full(body))
+}
+
+fn with_type(status: StatusCode, body: Body) -> Resp {
+    let mut resp = Response::new(body);
     *resp.status_mut() = status;
     resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
@@ -66,4 +71,34 @@ pub fn empty(status: StatusCode) -> Resp {
     let mut resp = Response::new(full(Bytes::new()));
     *resp.status_mut() = status;
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::{Stored, splice_ttl};
+    use crate::router::CacheStatus;
+    use http_body_util::BodyExt;
+
+    #[tokio::test]
+    async fn a_cached_result_goes_out_as_stored_not_copied() {
+        let text = "x".repeat(1 << 20);
+        let result = format!(r#"{{"contents":[{{"uri":"a:b","text":"{text}"}}],"ttlMs":5}}"#);
+        let Some(Stored::Result { tail }) = Stored::result(result.as_bytes()) else { panic!("a result") };
+        let hit = Answer { outcome: Ok(Payload::Json(splice_ttl(&tail, 4))), cache: CacheStatus::Hit, age: Some(1) };
+        let resp = answer(&RequestId::number(7), hit);
+        assert_eq!(resp.headers()[H_CACHE], "hit");
+        let mut body = resp.into_body();
+        let mut frames = Vec::new();
+        while let Some(frame) = body.frame().await {
+            frames.push(frame.unwrap().into_data().unwrap());
+        }
+        // The stored bytes themselves are a frame: the body is never copied.
+        assert!(frames.iter().any(|f| f.as_ptr() == tail.as_ptr() && f.len() == tail.len()));
+        let written: usize = frames.iter().map(Bytes::len).sum();
+        assert!(written - tail.len() < 64, "only the envelope and the TTL are made per hit");
+        let v: serde_json::Value = serde_json::from_slice(&frames.concat()).unwrap();
+        assert_eq!((v["id"].as_u64(), v["result"]["ttlMs"].as_u64()), (Some(7), Some(4)));
+        assert_eq!(v["result"]["contents"][0]["text"].as_str().map(str::len), Some(1 << 20));
+    }
 }

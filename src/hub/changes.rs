@@ -28,16 +28,19 @@ impl Hub {
         let (topic, pend) = match change {
             Change::Updated(uri) => {
                 epochs.uri_changed(up, uri);
-                (Topic::Uri(uri.clone()), Notice::Uri(self.0.ns.uri_out(index, uri).into()))
+                let Some(out) = self.0.lineup.load().uri_out(index, uri) else { return };
+                (Topic::Uri(uri.clone()), Notice::Uri(out.into()))
             }
             Change::ListChanged(kind) => {
                 for list in kind.lists() {
                     epochs.list_changed(up, CachedMethod::from(*list));
                 }
-                match kind {
-                    Capability::Resources => {}
-                    Capability::Tools => self.0.upstreams[index].catalog().forget(Named::Tools),
-                    Capability::Prompts => self.0.upstreams[index].catalog().forget(Named::Prompts),
+                if let Some(upstream) = self.upstream(index) {
+                    match kind {
+                        Capability::Resources => {}
+                        Capability::Tools => upstream.catalog().forget(Named::Tools),
+                        Capability::Prompts => upstream.catalog().forget(Named::Prompts),
+                    }
                 }
                 (Topic::List(*kind), Notice::List(*kind))
             }
@@ -67,7 +70,9 @@ impl Hub {
             cluster.note_change(index, None);
         }
         self.0.cache.epochs().stream_lost(index as u32);
-        self.0.upstreams[index].catalog().forget_all();
+        if let Some(upstream) = self.upstream(index) {
+            upstream.catalog().forget_all();
+        }
     }
 
     /// Upstream `index`'s feed is back after a loss: here and on the other replicas, its
@@ -82,15 +87,26 @@ impl Hub {
     /// [`Hub::resync`] on this replica alone.
     pub(super) fn resync_local(&self, index: usize) {
         self.forget(index);
+        self.notify_topics(index);
+    }
+
+    /// Tells every listener of upstream slot `index` that everything it watches there may
+    /// have changed: `resources/updated` for its URIs, `list_changed` for its lists.
+    pub(super) fn notify_topics(&self, index: usize) {
+        self.notify_topics_in(&self.0.lineup.load(), index);
+    }
+
+    /// [`Hub::notify_topics`] with URIs in the downstream form of `lineup`.
+    pub(super) fn notify_topics_in(&self, lineup: &super::Lineup, index: usize) {
         let reg = self.0.registry.lock().expect("registry");
         for listener in reg.listeners.values() {
             let changes: Vec<Notice> = listener
-                .topics
+                .topics()
                 .iter()
                 .filter(|(u, _)| *u == index)
-                .map(|(_, t)| match t {
-                    Topic::Uri(uri) => Notice::Uri(self.0.ns.uri_out(index, uri).into()),
-                    Topic::List(kind) => Notice::List(*kind),
+                .filter_map(|(_, t)| match t {
+                    Topic::Uri(uri) => Some(Notice::Uri(lineup.uri_out(index, uri)?.into())),
+                    Topic::List(kind) => Some(Notice::List(*kind)),
                 })
                 .collect();
             if !changes.is_empty() {

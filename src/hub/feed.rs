@@ -30,7 +30,7 @@ const DEDUPE_WINDOW: Duration = Duration::from_secs(2);
 /// What the feed of upstream `index` should listen for, given what listeners desire, what the
 /// cache watches, and what the upstream declared (nothing until it has been discovered).
 fn effective(hub: &Hub, index: usize, desired: &Filter, remote: &Filter) -> Filter {
-    let upstream = &hub.0.upstreams[index];
+    let Some(upstream) = hub.upstream(index) else { return Filter::default() };
     let Some(info) = upstream.info() else { return Filter::default() };
     let standing = hub.0.cache.enabled() && upstream.config().cache;
     let mut f = Filter::default();
@@ -77,6 +77,8 @@ enum FeedError {
     Answered(crate::jsonrpc::RpcError),
     #[error("the request failed")]
     Failed(#[source] crate::error::Error),
+    #[error("the upstream was retired by a reload")]
+    Retired,
 }
 
 /// Opens a listen and waits for its acknowledgment.
@@ -124,7 +126,7 @@ pub(super) async fn run(hub: Hub, index: usize, cancel: CancellationToken) {
             _ = cancel.cancelled() => return,
             _ = until_following => {
                 // Another replica holds the listen now; its filter arrives over the bus.
-                hub.0.active[index].send_replace(Filter::default());
+                hub.0.slots[index].active.send_replace(Filter::default());
             }
             _ = run_eras(&hub, index, &mut state) => return,
         }
@@ -133,7 +135,7 @@ pub(super) async fn run(hub: Hub, index: usize, cancel: CancellationToken) {
 
 /// The feed through the upstream's protocol eras.
 async fn run_eras(hub: &Hub, index: usize, state: &mut FeedState) {
-    let upstream = hub.0.upstreams[index].clone();
+    let Some(upstream) = hub.upstream(index) else { return };
     let mut era = upstream.era_watch();
     loop {
         let current = era.borrow_and_update().clone();
@@ -161,9 +163,9 @@ struct FeedState {
 /// A modern upstream: one standing `subscriptions/listen`, switched make-before-break.
 async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
     let hub = hub.clone();
-    let upstream = hub.0.upstreams[index].clone();
+    let Some(upstream) = hub.upstream(index) else { return };
     let cfg = hub.0.config.clone();
-    let mut desired = hub.0.desired[index].subscribe();
+    let mut desired = hub.0.slots[index].desired.subscribe();
     let mut watched = hub.0.cache.watches().changes(index);
     let mut remote = hub.remote_interest(index);
     let mut info = upstream.info_watch();
@@ -199,7 +201,7 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
             }
             match open(&upstream, &want, cfg.ack_timeout).await {
                 Ok(stream) => {
-                    hub.0.opened[index].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    hub.0.slots[index].opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::debug!(upstream = %upstream.name(), filter = %want.to_json(), "upstream listen open");
                     if *lost {
                         tracing::info!(upstream = %upstream.name(), "upstream listen re-opened; resynchronising");
@@ -237,7 +239,7 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
                 }
                 match switch(&hub, index, &mut stream, &want, cfg.ack_timeout).await {
                     Ok((next, seen)) => {
-                        hub.0.opened[index].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        hub.0.slots[index].opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tracing::debug!(upstream = %upstream.name(), filter = %want.to_json(), "upstream listen switched");
                         dedupe = Some((seen, Instant::now() + DEDUPE_WINDOW));
                         hub.set_live(index, want.clone());
@@ -319,8 +321,8 @@ async fn switch(
     want: &Filter,
     ack_timeout: Duration,
 ) -> Result<(UpstreamListen, HashSet<Change>), FeedError> {
-    let upstream = &hub.0.upstreams[index];
-    let opening = open(upstream, want, ack_timeout);
+    let upstream = hub.upstream(index).ok_or(FeedError::Retired)?;
+    let opening = open(&upstream, want, ack_timeout);
     tokio::pin!(opening);
     let mut seen = HashSet::new();
     let mut old_alive = true;

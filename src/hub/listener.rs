@@ -70,8 +70,9 @@ pub struct Listener {
     pub principal: Principal,
     /// The listen request's id: every notification carries it as `subscriptionId`.
     pub subscription: RequestId,
-    /// `(upstream index, topic)` pairs it is subscribed to.
-    pub topics: Vec<(usize, Topic)>,
+    /// `(upstream slot, topic)` pairs it is subscribed to (a reload moves them to a replaced
+    /// upstream's new slot, or drops a removed upstream's).
+    topics: Mutex<Vec<(usize, Topic)>>,
     /// The downstream form of each URI topic, parallel to `topics` where it is a URI.
     pending: Mutex<Pending>,
     wake: Notify,
@@ -79,7 +80,24 @@ pub struct Listener {
 
 impl Listener {
     pub fn new(id: u64, principal: Principal, subscription: RequestId, topics: Vec<(usize, Topic)>) -> Self {
-        Self { id, principal, subscription, topics, pending: Mutex::new(Pending::default()), wake: Notify::new() }
+        Self {
+            id,
+            principal,
+            subscription,
+            topics: Mutex::new(topics),
+            pending: Mutex::new(Pending::default()),
+            wake: Notify::new(),
+        }
+    }
+
+    /// The `(upstream slot, topic)` pairs it is subscribed to now.
+    pub fn topics(&self) -> Vec<(usize, Topic)> {
+        self.topics.lock().expect("topics lock").clone()
+    }
+
+    /// Edits its topics (the hub does, under its registry lock, on a reload).
+    pub(super) fn edit_topics<R>(&self, edit: impl FnOnce(&mut Vec<(usize, Topic)>) -> R) -> R {
+        edit(&mut self.topics.lock().expect("topics lock"))
     }
 
     /// Queues a change and wakes the writer. Never blocks on the connection.

@@ -22,7 +22,9 @@ pub(super) fn start(hub: &Hub, cluster: &Cluster, cancel: &CancellationToken, tr
     if let Some(inbox) = cluster.take_inbox() {
         tracker.spawn(receive(hub.clone(), cluster.clone(), inbox, cancel.clone()));
     }
-    for index in 0..hub.0.upstreams.len() {
+    // With a cluster the upstream set is fixed (a reload that changes it is refused), so the
+    // slots are the config positions the cluster's leases are kept by.
+    for index in 0..hub.0.lineup.load().upstreams.len() {
         tracker.spawn(interest(hub.clone(), cluster.clone(), index, cancel.clone()));
         tracker.spawn(roles(hub.clone(), cluster.clone(), index, cancel.clone()));
     }
@@ -43,7 +45,7 @@ async fn receive(hub: Hub, cluster: Cluster, mut inbox: mpsc::Receiver<Inbound>,
             // Routed to the session table by the bus itself.
             Inbound::SessionEnded(_) => {}
             Inbound::Gap => {
-                for index in 0..hub.0.upstreams.len() {
+                for index in 0..hub.0.lineup.load().upstreams.len() {
                     if following(&cluster, index) {
                         hub.resync_local(index);
                     }
@@ -58,7 +60,7 @@ async fn receive(hub: Hub, cluster: Cluster, mut inbox: mpsc::Receiver<Inbound>,
                 Event::Change(_) | Event::Lost | Event::Resync => {}
                 Event::Active(filter) => {
                     if following(&cluster, upstream) {
-                        hub.0.active[upstream].send_replace(filter);
+                        hub.0.slots[upstream].active.send_replace(filter);
                     }
                 }
                 Event::Interest => {
@@ -75,9 +77,10 @@ async fn receive(hub: Hub, cluster: Cluster, mut inbox: mpsc::Receiver<Inbound>,
 /// lease period (so that a Redis that lost it, or a new holder, has it), and the holder's
 /// live filter with it.
 async fn interest(hub: Hub, cluster: Cluster, index: usize, cancel: CancellationToken) {
-    let mut desired = hub.0.desired[index].subscribe();
+    let mut desired = hub.0.slots[index].desired.subscribe();
     let mut watched = hub.0.cache.watches().changes(index);
-    let mut info = hub.0.upstreams[index].info_watch();
+    let Some(upstream) = hub.upstream(index) else { return };
+    let mut info = upstream.info_watch();
     let mut health = cluster.health_watch();
     let period = (cluster.config().lease_ttl / 4).max(Duration::from_millis(50));
     let mut published = None;
@@ -92,7 +95,7 @@ async fn interest(hub: Hub, cluster: Cluster, index: usize, cancel: Cancellation
             Err(_) => published = None,
         }
         if matches!(*cluster.role(index).borrow(), Role::Holder(_)) {
-            cluster.announce(index, Event::Active(hub.0.active[index].borrow().clone()));
+            cluster.announce(index, Event::Active(hub.0.slots[index].active.borrow().clone()));
         }
         let changed = tokio::select! {
             _ = cancel.cancelled() => return,

@@ -14,100 +14,63 @@ pub fn write_json_string(out: &mut Vec<u8>, s: &str) {
 /// `{"jsonrpc":"2.0","id":ID,"result":RESULT}` with `result` spliced in verbatim.
 pub fn encode_result(id: &RequestId, result: &[u8]) -> Bytes {
     let id = id.as_json().as_bytes();
-    let mut out = Vec::with_capacity(RESULT_HEAD.len() + id.len() + RESULT_MID.len() + result.len() + 1);
-    out.extend_from_slice(RESULT_HEAD);
+    let mut out = Vec::with_capacity(36 + id.len() + result.len());
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     out.extend_from_slice(id);
-    out.extend_from_slice(RESULT_MID);
+    out.extend_from_slice(b",\"result\":");
     out.extend_from_slice(result);
     out.push(b'}');
     Bytes::from(out)
 }
 
-/// A result's JSON text: whole, or a cached entry's stored text with its remaining `ttlMs`
-/// still to be written in front (see [`crate::cache::Stored`]). The spliced form is written
-/// once, straight into the response envelope: a cache hit copies its body once.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ResultText {
-    Whole(Bytes),
-    /// `{"ttlMs":N,` followed by `tail`, the object text after its opening brace.
-    Spliced {
-        ttl_ms: u64,
-        tail: Bytes,
-    },
+/// A result's JSON text in two pieces written back to back: a short `head` made for this
+/// answer and a `tail` shared with where it is kept (a cache entry), so that writing the
+/// answer never copies the tail.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Spliced {
+    pub head: Bytes,
+    pub tail: Bytes,
 }
 
-impl ResultText {
-    /// Bytes of the text, exactly (buffers are sized with it: `Bytes::from` a `Vec` whose
-    /// capacity is larger allocates once more).
+impl Spliced {
+    /// Text in one piece.
+    pub fn whole(text: Bytes) -> Self {
+        Self { head: text, tail: Bytes::new() }
+    }
+
+    /// Bytes of text.
     pub fn len(&self) -> usize {
-        match self {
-            ResultText::Whole(b) => b.len(),
-            ResultText::Spliced { ttl_ms, tail } => {
-                let digits = itoa::Buffer::new().format(*ttl_ms).len();
-                TTL_PREFIX.len() + digits + usize::from(tail.first() != Some(&b'}')) + tail.len()
-            }
-        }
+        self.head.len() + self.tail.len()
     }
 
-    /// Whether the text is empty (never for a valid result).
+    /// Whether it holds no text.
     pub fn is_empty(&self) -> bool {
-        matches!(self, ResultText::Whole(b) if b.is_empty())
+        self.len() == 0
     }
 
-    /// Appends the text to `out`.
-    pub fn write_to(&self, out: &mut Vec<u8>) {
-        match self {
-            ResultText::Whole(b) => out.extend_from_slice(b),
-            ResultText::Spliced { ttl_ms, tail } => write_spliced(out, *ttl_ms, tail),
+    /// The text in one piece (a copy, unless it is in one piece already).
+    pub fn to_bytes(&self) -> Bytes {
+        if self.tail.is_empty() {
+            return self.head.clone();
         }
-    }
-
-    /// The text as one buffer (a copy only for the spliced form).
-    pub fn into_bytes(self) -> Bytes {
-        match self {
-            ResultText::Whole(b) => b,
-            spliced => {
-                let mut out = Vec::with_capacity(spliced.len());
-                spliced.write_to(&mut out);
-                Bytes::from(out)
-            }
-        }
+        let mut out = Vec::with_capacity(self.len());
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(&self.tail);
+        Bytes::from(out)
     }
 }
 
-impl From<Bytes> for ResultText {
-    fn from(b: Bytes) -> Self {
-        ResultText::Whole(b)
-    }
-}
-
-const TTL_PREFIX: &[u8] = b"{\"ttlMs\":";
-
-/// Writes `{"ttlMs":N` then, unless `tail` closes the object at once, a comma, then `tail`.
-pub fn write_spliced(out: &mut Vec<u8>, ttl_ms: u64, tail: &[u8]) {
-    let mut digits = itoa::Buffer::new();
-    out.extend_from_slice(TTL_PREFIX);
-    out.extend_from_slice(digits.format(ttl_ms).as_bytes());
-    if tail.first() != Some(&b'}') {
-        out.push(b',');
-    }
-    out.extend_from_slice(tail);
-}
-
-/// [`encode_result`] of a [`ResultText`], written in one pass.
-pub fn encode_result_text(id: &RequestId, result: &ResultText) -> Bytes {
+/// [`encode_result`] as pieces to write back to back: the envelope and the result's head,
+/// the result's tail (shared, not copied), and the closing brace.
+pub fn encode_result_pieces(id: &RequestId, result: &Spliced) -> [Bytes; 3] {
     let id = id.as_json().as_bytes();
-    let mut out = Vec::with_capacity(RESULT_HEAD.len() + id.len() + RESULT_MID.len() + result.len() + 1);
-    out.extend_from_slice(RESULT_HEAD);
-    out.extend_from_slice(id);
-    out.extend_from_slice(RESULT_MID);
-    result.write_to(&mut out);
-    out.push(b'}');
-    Bytes::from(out)
+    let mut head = Vec::with_capacity(36 + id.len() + result.head.len());
+    head.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    head.extend_from_slice(id);
+    head.extend_from_slice(b",\"result\":");
+    head.extend_from_slice(&result.head);
+    [Bytes::from(head), result.tail.clone(), Bytes::from_static(b"}")]
 }
-
-const RESULT_HEAD: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":";
-const RESULT_MID: &[u8] = b",\"result\":";
 
 /// An error response; `id` is `null` when the request's id could not be read.
 pub fn encode_error(id: Option<&RequestId>, error: &RpcError) -> Bytes {
@@ -148,19 +111,6 @@ pub fn encode_notification(method: &str, params: &[u8]) -> Bytes {
 mod tests {
     use super::*;
     use crate::jsonrpc::{Incoming, Kind};
-
-    #[test]
-    fn a_spliced_result_encodes_like_the_whole_text() {
-        let id = RequestId::number(7);
-        for (tail, whole) in [(&br#""a":1}"#[..], &br#"{"ttlMs":1500,"a":1}"#[..]), (b"}", br#"{"ttlMs":1500}"#)] {
-            let spliced = ResultText::Spliced { ttl_ms: 1500, tail: Bytes::copy_from_slice(tail) };
-            assert_eq!(&spliced.clone().into_bytes()[..], whole);
-            assert_eq!(encode_result_text(&id, &spliced), encode_result(&id, whole));
-            assert_eq!(spliced.len(), whole.len());
-            let out = encode_result_text(&id, &ResultText::from(Bytes::copy_from_slice(whole)));
-            assert_eq!(out, encode_result(&id, whole));
-        }
-    }
 
     #[test]
     fn encoded_messages_decode() {

@@ -11,13 +11,13 @@ use serde_json::value::RawValue;
 use super::merge::identity;
 use super::namespace::{NAME_SEP, URI_SEP};
 use super::rewrite::Field;
-use super::{Call, Router};
+use super::{Call, Routing};
 use crate::auth::policy::{self, Kind};
 use crate::error::{Error, UpstreamError, UpstreamErrorKind};
 use crate::jsonrpc::RawObject;
 use crate::mcp::List;
 
-impl Router {
+impl Routing {
     /// Whether upstream `index` applies any rules (else everything is allowed, for free).
     pub(super) fn restricted(&self, index: usize) -> bool {
         !self.0.upstreams[index].config().allow.is_empty()

@@ -7,19 +7,20 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::shared::FromShared;
-use super::{CacheStatus, Call, Router};
+use super::{CacheStatus, Call, Routing};
 use crate::cache::{BaseKey, CachedMethod, Entry, Lookup, Owner, Partition, Stored, canonical_params_with, splice_ttl};
 use crate::cluster::SharedValue;
 use crate::error::Error;
-use crate::jsonrpc::{RawObject, ResultText, RpcError};
+use crate::jsonrpc::{RawObject, RpcError, Spliced};
 use crate::telemetry;
 
 /// An answer from one upstream, as the router works with it.
 #[derive(Debug, Clone)]
 pub(super) enum Got {
-    /// A result in downstream form (namespaced), with its `ttlMs` (spliced in as it is
-    /// written, for a cached one).
-    Result(ResultText),
+    /// A result in downstream form (namespaced), with its `ttlMs`.
+    Result(Spliced),
+    /// A read result too large to hold, streamed (never cached).
+    Streamed(super::large::RelaySlot),
     /// "Resource not found".
     NotFound,
     /// The upstream's own error, relayed (never cached).
@@ -61,7 +62,7 @@ impl Served {
         Self { got, public: entry.public, ttl_ms, status, age: Some(entry.age_secs()) }
     }
 
-    fn fresh(f: Fetched, status: CacheStatus) -> Self {
+    pub(super) fn fresh(f: Fetched, status: CacheStatus) -> Self {
         Self { got: f.got, public: f.public, ttl_ms: f.ttl_ms, status, age: None }
     }
 }
@@ -83,7 +84,7 @@ pub(super) fn is_mrtr_retry(params: &RawObject<'_>) -> bool {
     params.contains("inputResponses") || params.contains("requestState")
 }
 
-impl Router {
+impl Routing {
     /// The base key of a request to upstream `index`: the downstream params with `key` set
     /// to the string `value` (or removed, for `None`), canonicalized. Computed without copying
     /// the params object: this runs on every hit.
@@ -96,7 +97,7 @@ impl Router {
         value: Option<&str>,
     ) -> BaseKey {
         BaseKey {
-            upstream: index as u32,
+            upstream: self.0.upstreams[index].slot(),
             method,
             era: self.0.upstreams[index].cache_era(),
             params: canonical_params_with(&call.params, key, value),
@@ -116,7 +117,7 @@ impl Router {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<Fetched, Error>>,
     {
-        let upstream = &self.0.upstreams[key.upstream as usize];
+        let upstream = &self.by_slot(key.upstream);
         if !self.0.cache.enabled() || !upstream.config().cache || is_mrtr_retry(&call.params) {
             telemetry::record_cache("bypass");
             return Ok(Served::fresh(fetch().await?, CacheStatus::Bypass));
@@ -137,14 +138,14 @@ impl Router {
         let principal = owner_of();
         // One flight per key for everyone first (a public answer is shared by all callers).
         let flight = key.clone().in_partition(Partition::Public);
-        let (mut outcome, mut led) = self.0.flights.run(flight, || self.lead(&key, uri, principal, &fetch)).await;
+        let (mut outcome, mut led) = self.0.shared.flights.run(flight, || self.lead(&key, uri, principal, &fetch)).await;
         // A private outcome belongs to the leader's owner alone: fetch our own.
         if let Ok(shared) = &outcome
             && !shared.served.public
             && shared.leader != *principal
         {
             let flight = key.clone().in_partition(Partition::Private(principal.clone()));
-            (outcome, led) = self.0.flights.run(flight, || self.lead(&key, uri, principal, &fetch)).await;
+            (outcome, led) = self.0.shared.flights.run(flight, || self.lead(&key, uri, principal, &fetch)).await;
         }
         match outcome {
             Ok(shared) => {
@@ -215,7 +216,7 @@ impl Router {
         uri.filter(|_| {
             key.method == CachedMethod::ResourcesRead
                 && matches!(stored, Stored::Result { .. })
-                && self.0.upstreams[key.upstream as usize].info().is_some_and(|i| i.flag("resources", "subscribe"))
+                && self.by_slot(key.upstream).info().is_some_and(|i| i.flag("resources", "subscribe"))
         })
     }
 

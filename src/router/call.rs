@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 
 use crate::auth::Principal;
 use crate::cache::Owner;
-use crate::jsonrpc::{RawObject, ResultText, RpcError};
+use crate::jsonrpc::{RawObject, RpcError, Spliced};
 use crate::mcp;
 use crate::upstream::Upstream;
 
@@ -119,10 +119,36 @@ impl CacheStatus {
     }
 }
 
+/// A result's JSON text: whole or in shared pieces, or relayed from the upstream as it
+/// arrives (a read past the cache's `max_entry_bytes`).
+#[derive(Debug)]
+pub enum Payload {
+    Json(Spliced),
+    /// Boxed: a relay's state is large beside two `Bytes`.
+    Relayed(Box<super::large::Relay>),
+}
+
+impl Payload {
+    /// The text in one piece, for a transport that writes whole messages: a relayed result
+    /// is read to its end (bounded by the upstream's `max_message_bytes`).
+    pub async fn into_bytes(self) -> Result<Bytes, crate::error::UpstreamError> {
+        match self {
+            Payload::Json(text) => Ok(text.to_bytes()),
+            Payload::Relayed(relay) => relay.collect().await,
+        }
+    }
+}
+
+impl From<Bytes> for Payload {
+    fn from(text: Bytes) -> Self {
+        Payload::Json(Spliced::whole(text))
+    }
+}
+
 /// What the proxy answers: a result (raw JSON) or a JSON-RPC error relayed from an upstream.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Answer {
-    pub outcome: Result<ResultText, RpcError>,
+    pub outcome: Result<Payload, RpcError>,
     pub cache: CacheStatus,
     /// Seconds since the answer was fetched from upstream, for cached answers.
     pub age: Option<u64>,
@@ -131,7 +157,7 @@ pub struct Answer {
 impl Answer {
     /// A freshly computed result.
     pub fn result(body: Bytes) -> Self {
-        Self { outcome: Ok(ResultText::Whole(body)), cache: CacheStatus::Bypass, age: None }
+        Self { outcome: Ok(body.into()), cache: CacheStatus::Bypass, age: None }
     }
 
     /// A relayed upstream error.

@@ -5,14 +5,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use super::{Answer, Call, Router};
+use super::{Answer, Call, Routing};
 use crate::mcp;
 
 /// How long after start a `server/discover` waits for upstreams still being discovered;
 /// afterwards it answers with what is known at once.
 const STARTUP_GRACE: Duration = Duration::from_secs(5);
 
-impl Router {
+impl Routing {
     /// Upstreams the caller cannot reach at all are left out; when any upstream has rules the
     /// answer depends on the caller and is marked private.
     pub(super) async fn discover(&self, call: &Call<'_>) -> Answer {

@@ -4,18 +4,18 @@
 use crate::upstream::OnBehalf;
 use bytes::Bytes;
 
-use super::cached::{Fetched, Got};
+use super::cached::{Fetched, Got, Served};
 use super::hints::Hints;
+use super::large::{Began, RelaySlot};
 use super::namespace::Route;
 use super::rewrite;
-use super::{Answer, Call, Router};
+use super::{Answer, CacheStatus, Call, Payload, Routing};
 use crate::auth::policy::Kind;
 use crate::cache::{CachedMethod, Stored};
 use crate::error::{DownstreamError, Error, UpstreamError, UpstreamErrorKind};
-use crate::jsonrpc::{RawObject, ResultText, RpcError, code};
-use crate::mcp::method as m;
-use crate::upstream::Reply;
+use crate::jsonrpc::{RawObject, RpcError, Spliced, code};
 use crate::upstream::catalog::Named;
+use crate::upstream::{Fetch, Reply};
 
 /// Which request field names the target, and how it is namespaced.
 #[derive(Clone, Copy)]
@@ -24,25 +24,40 @@ enum Target {
     Name,
 }
 
-impl Router {
+impl Routing {
     pub(super) async fn read(&self, call: &Call<'_>) -> Result<Answer, Error> {
         let uri = required_str(&call.params, "uri")?;
         let not_found = || Error::from(DownstreamError::ResourceNotFound { uri: uri.to_string() });
         let route = self.0.ns.route_uri(&uri).ok_or_else(not_found)?;
         let (candidates, upstream_uri) = route.candidates();
         // A forbidden URI is not found: the same answer, before the cache is consulted.
-        let mut candidates =
-            candidates.iter().copied().filter(|&i| self.allowed(call, i, Kind::Uri, upstream_uri)).peekable();
-        while let Some(index) = candidates.next() {
+        let candidates: Vec<usize> =
+            candidates.iter().copied().filter(|&i| self.allowed(call, i, Kind::Uri, upstream_uri)).collect();
+        for (n, &index) in candidates.iter().enumerate() {
             crate::telemetry::record_upstream(self.0.upstreams[index].name());
             let key = self.cache_key(call, index, CachedMethod::ResourcesRead, "uri", Some(upstream_uri));
-            let served = self
+            let mut served = self
                 .through_cache(call, key, Some(upstream_uri), || self.fetch_read(call, index, upstream_uri))
                 .await?;
+            let mut relay = None;
+            if let Got::Streamed(slot) = &served.got {
+                relay = slot.take();
+                if relay.is_none() {
+                    // Another caller of the flight took the stream: this one reads its own.
+                    served = Served::fresh(self.fetch_read(call, index, upstream_uri).await?, CacheStatus::Bypass);
+                    relay = if let Got::Streamed(slot) = &served.got { slot.take() } else { None };
+                }
+            }
             let answer = match served.got {
-                Got::NotFound if candidates.peek().is_some() => continue,
+                Got::NotFound if n + 1 < candidates.len() => continue,
                 Got::NotFound => Err(not_found()),
-                Got::Result(body) => Ok(Answer { outcome: Ok(body), cache: served.status, age: served.age }),
+                Got::Result(body) => {
+                    Ok(Answer { outcome: Ok(Payload::Json(body)), cache: served.status, age: served.age })
+                }
+                Got::Streamed(_) => match relay {
+                    Some(r) => Ok(Answer { outcome: Ok(Payload::Relayed(r)), cache: CacheStatus::Bypass, age: None }),
+                    None => Err(Error::Internal("a relayed read was taken twice".into())),
+                },
                 Got::Relayed(e) => Ok(Answer { outcome: Err(e), cache: served.status, age: None }),
                 Got::Page { .. } => Err(Error::Internal("a read produced a list page".into())),
             };
@@ -55,18 +70,26 @@ impl Router {
     async fn fetch_read(&self, call: &Call<'_>, index: usize, uri: &str) -> Result<Fetched, Error> {
         let upstream = &self.0.upstreams[index];
         let params = call.upstream_params(upstream, |p| p.set_string("uri", uri));
-        let body = match upstream
-            .request_with(m::RESOURCES_READ, &params, None, OnBehalf::Caller(call.principal))
-            .await?
-        {
-            Reply::Result(body) => body,
-            Reply::Error(e) if is_not_found(&e) => {
-                return Ok(Fetched { got: Got::NotFound, stored: Some(Stored::NotFound), public: false, ttl_ms: 0 });
-            }
-            Reply::Error(e) => {
+        // Past what the cache can hold, an answer is relayed as it arrives, never held whole.
+        let large = self.0.cache.max_entry_bytes().min(upstream.config().max_message_bytes as u64) as usize;
+        let fetched = upstream.read_with(&params, OnBehalf::Caller(call.principal), large).await?;
+        let error = |e: RpcError| match is_not_found(&e) {
+            true => Fetched { got: Got::NotFound, stored: Some(Stored::NotFound), public: false, ttl_ms: 0 },
+            false => {
                 let e = rewrite::error(e, &self.0.ns, index);
-                return Ok(Fetched { got: Got::Relayed(e), stored: None, public: false, ttl_ms: 0 });
+                Fetched { got: Got::Relayed(e), stored: None, public: false, ttl_ms: 0 }
             }
+        };
+        let body = match fetched {
+            Fetch::Reply(Reply::Result(body)) => body,
+            Fetch::Reply(Reply::Error(e)) => return Ok(error(e)),
+            Fetch::Large(body) => match self.relay(index, body).await? {
+                Began::Error(e) => return Ok(error(e)),
+                Began::Result(relay) => {
+                    let got = Got::Streamed(RelaySlot::new(relay));
+                    return Ok(Fetched { got, stored: None, public: false, ttl_ms: 0 });
+                }
+            },
         };
         let malformed =
             |reason: String| Error::from(UpstreamError::new(upstream.name(), UpstreamErrorKind::Protocol { reason }));
@@ -77,12 +100,12 @@ impl Router {
         // Only complete results are cacheable; `input_required` (MRTR) never is.
         let complete = obj.get_str("resultType").is_none_or(|t| t == "complete");
         let stored = complete.then(|| Stored::result_of(&obj));
-        let got = Got::Result(ResultText::Whole(if rewritten { Bytes::from(obj.to_vec()) } else { body.clone() }));
+        let got = Got::Result(Spliced::whole(if rewritten { Bytes::from(obj.to_vec()) } else { body.clone() }));
         Ok(Fetched { got, stored, public: hints.public, ttl_ms: hints.ttl_ms })
     }
 
     /// `tools/call` and `prompts/get`: routed to the one upstream that owns the name (see
-    /// [`Router::owner`]) and sent there once. MRTR: a retry of a call the proxy holds
+    /// [`Routing::owner`]) and sent there once. MRTR: a retry of a call the proxy holds
     /// resumes it; a call whose client can answer questions goes the relaying path, where a
     /// legacy upstream's mid-call questions become `input_required`.
     pub(super) async fn call_named(&self, call: &Call<'_>) -> Result<Answer, Error> {

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::rewrite;
-use super::{Answer, Call, Router};
+use super::{Answer, Call, Routing};
 use crate::cache::Owner;
 use crate::error::{DownstreamError, Error};
 use crate::jsonrpc::{RawObject, RequestId, encode_result};
@@ -31,7 +31,8 @@ const KEY: &str = "upstream";
 struct Held {
     call: HeldCall,
     question: ServerRequest,
-    index: usize,
+    /// The upstream's slot (not its position, which a reload may move).
+    slot: u32,
     /// Who started it: the principal, or for an anonymous caller its `_meta` digest (see
     /// [`Call::owner`]), so that another anonymous client cannot resume it either.
     owner: Owner,
@@ -80,7 +81,7 @@ pub(super) fn is_handle(state: &str) -> bool {
     state.starts_with(HANDLE_PREFIX)
 }
 
-impl Router {
+impl Routing {
     /// Calls upstream `index`, relaying its questions when the client can answer them.
     pub(super) async fn call_relaying(&self, call: &Call<'_>, index: usize, target: &str) -> Result<Answer, Error> {
         let upstream = &self.0.upstreams[index];
@@ -101,14 +102,19 @@ impl Router {
     pub(super) async fn resume_held(&self, call: &Call<'_>, state: &str, target: &str) -> Result<Answer, Error> {
         let bad = |m: &str| Error::from(DownstreamError::InvalidParams(m.to_owned()));
         let held = {
-            let mut map = self.0.held.map.lock().expect("held lock");
+            let mut map = self.0.shared.held.map.lock().expect("held lock");
             map.remove(state).ok_or_else(|| bad("unknown or expired requestState"))?
         };
         if held.owner != call.owner() || held.method != call.method || held.target != target {
             // Not the caller's: put it back untouched.
-            self.0.held.map.lock().expect("held lock").insert(state.to_owned(), held);
+            self.0.shared.held.map.lock().expect("held lock").insert(state.to_owned(), held);
             return Err(bad("requestState does not belong to this request"));
         }
+        // A reload since the question may have moved the upstream, or replaced or removed it
+        // (which ended its held calls): the call starts over.
+        let Some(index) = self.position(held.slot) else {
+            return Err(bad("the upstream holding this call was reconfigured; call again"));
+        };
         let answer: Option<Value> = call
             .params
             .get("inputResponses")
@@ -116,21 +122,21 @@ impl Router {
             .and_then(|r| r.get(KEY).cloned());
         let Some(answer) = answer else {
             // Spec: a retry missing responses gets a fresh input_required, not an error.
-            return self.ask(held.call, held.question, held.index, call, target);
+            return self.ask(held.call, held.question, index, call, target);
         };
         let id = RequestId::from_raw(
             &serde_json::value::RawValue::from_string(held.question.id.clone()).map_err(|_| bad("held id"))?,
         )
         .ok_or_else(|| bad("held id"))?;
         let response = encode_result(&id, &serde_json::to_vec(&answer).expect("serializable"));
-        let upstream = &self.0.upstreams[held.index];
+        let upstream = &self.0.upstreams[index];
         let params = call.upstream_params(upstream, |p| {
             p.remove("inputResponses");
             p.remove("requestState");
             p.set_string("name", target);
         });
         let outcome = upstream.resume_relayed(held.call, call.method, &params, response).await?;
-        self.relayed_answer(call, held.index, target, outcome)
+        self.relayed_answer(call, index, target, outcome)
     }
 
     fn relayed_answer(&self, call: &Call<'_>, index: usize, target: &str, outcome: Relayed) -> Result<Answer, Error> {
@@ -160,7 +166,7 @@ impl Router {
             "requestState": handle,
         });
         let now = Instant::now();
-        let mut map = self.0.held.map.lock().expect("held lock");
+        let mut map = self.0.shared.held.map.lock().expect("held lock");
         map.retain(|_, h| h.expires > now);
         if map.len() >= self.0.proxy.max_held_calls {
             drop(map);
@@ -188,7 +194,7 @@ impl Router {
             Held {
                 call: held,
                 question,
-                index,
+                slot: self.0.upstreams[index].slot(),
                 owner: call.owner(),
                 principal,
                 method: call.method.to_owned(),
@@ -205,14 +211,14 @@ impl Router {
     pub fn start_reaper(&self, cancel: &tokio_util::sync::CancellationToken, tracker: &tokio_util::task::TaskTracker) {
         let period = (self.0.proxy.held_call_ttl / 4)
             .clamp(std::time::Duration::from_millis(100), std::time::Duration::from_secs(60));
-        let me = self.clone();
+        let shared = self.0.shared.clone();
         crate::periodic::every(period, cancel, tracker, move || {
-            me.0.held.reap(Instant::now());
+            shared.held.reap(Instant::now());
         });
     }
 
     /// Calls held now, awaiting their clients' answers.
     pub fn held_calls(&self) -> usize {
-        self.0.held.len()
+        self.0.shared.held.len()
     }
 }

@@ -13,11 +13,11 @@ use super::cached::{Fetched, Got, Served};
 use super::cursor::Positions;
 use super::hints::Hints;
 use super::rewrite::{self, Field};
-use super::{Answer, CacheStatus, Call, Router};
+use super::{Answer, CacheStatus, Call, Routing};
 use crate::cache::{CachedMethod, Stored};
 use crate::config::OnError;
 use crate::error::{DownstreamError, Error, UpstreamError, UpstreamErrorKind};
-use crate::jsonrpc::{RawObject, ResultText, RpcError, raw_str, write_json_string};
+use crate::jsonrpc::{RawObject, RpcError, raw_str, write_json_string};
 use crate::mcp::{self, List};
 use crate::upstream::Reply;
 
@@ -45,10 +45,10 @@ impl ScopeMemo {
         }
     }
 
-    /// Whether a page of `list` from upstream `index` that its upstream scoped `public` (or
+    /// Whether a page of `list` from upstream slot `index` that its upstream scoped `public` (or
     /// not) for `ttl_ms` counts as public: not while a private page of it is within its TTL.
     pub(super) fn public(&self, index: usize, list: List, public: bool, ttl_ms: u64) -> bool {
-        let slot = &self.private_until[index][list.slot()];
+        let Some(slot) = self.private_until.get(index).map(|s| &s[list.slot()]) else { return public };
         let now = self.origin.elapsed().as_millis() as u64;
         if !public {
             slot.fetch_max(now + ttl_ms, Ordering::Relaxed);
@@ -83,7 +83,7 @@ enum PageError {
     Answered(RpcError),
 }
 
-impl Router {
+impl Routing {
     pub(super) async fn list(&self, call: &Call<'_>, kind: List) -> Result<Answer, Error> {
         let positions = self.positions(call, kind)?;
         let pages =
@@ -145,13 +145,15 @@ impl Router {
         // A page no upstream contributed to is not worth caching downstream either.
         let hints = hints.unwrap_or(Hints { ttl_ms: 0, public: false });
         Ok(Answer {
-            outcome: Ok(ResultText::Whole(self.page_result(
-                kind,
-                &super::cursor::owner_of(call.principal.identity().map(|i| i.id.as_str())),
-                &items,
-                &next,
-                hints,
-            ))),
+            outcome: Ok(self
+                .page_result(
+                    kind,
+                    &super::cursor::owner_of(call.principal.identity().map(|i| i.id.as_str())),
+                    &items,
+                    &next,
+                    hints,
+                )
+                .into()),
             cache: status.unwrap_or(CacheStatus::Bypass),
             age,
         })
@@ -160,7 +162,8 @@ impl Router {
     /// DESIGN §3: a list that was private within its last TTL stays private, so that a page
     /// served from an older public entry cannot make a merged page public.
     fn scope_memo(&self, index: usize, kind: List, public: bool, ttl_ms: u64) -> bool {
-        self.0.scope_memo.public(index, kind, public, ttl_ms)
+        let slot = self.0.upstreams[index].slot() as usize;
+        self.0.shared.scope_memo.public(slot, kind, public, ttl_ms)
     }
 
     /// One upstream's page, through the cache.

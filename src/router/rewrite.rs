@@ -77,24 +77,30 @@ pub fn list_items(
     Ok(items.len())
 }
 
+/// What of a `resources/read` result is namespaced: `contents[].uri`. The one statement of
+/// the rule, for the buffered path ([`read_object`]) and the streaming one
+/// ([`crate::router::Relay`]).
+pub const READ_LIST: &str = "contents";
+pub const READ_ITEM_KEY: &str = "uri";
+
 /// Namespaces `contents[].uri` of a parsed `resources/read` result. Returns whether anything
 /// changed.
 pub fn read_object(obj: &mut RawObject<'_>, ns: &Namespace, index: usize) -> Result<bool, Unrewritable> {
     if ns.prefix(index).is_none() {
         return Ok(false);
     }
-    let Some(contents) = obj.get("contents") else {
+    let Some(contents) = obj.get(READ_LIST) else {
         return Ok(false); // input_required and other shapes carry no contents
     };
     let mut items = Vec::with_capacity(contents.get().len() + 64);
-    list_items(contents, Field::Uri("uri"), ns, index, &mut items)?;
+    list_items(contents, Field::Uri(READ_ITEM_KEY), ns, index, &mut items)?;
     let mut array = Vec::with_capacity(items.len() + 2);
     array.push(b'[');
     array.extend_from_slice(&items);
     array.push(b']');
     let text = String::from_utf8(array)?;
     let raw = serde_json::value::RawValue::from_string(text)?;
-    obj.set("contents", std::borrow::Cow::Owned(raw));
+    obj.set(READ_LIST, std::borrow::Cow::Owned(raw));
     Ok(true)
 }
 

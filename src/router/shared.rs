@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep};
 
-use super::Router;
+use super::Routing;
 use super::cached::Fetched;
 use crate::cache::{BaseKey, Owner, Stored};
 use crate::cluster::{Cluster, SharedKey, SharedValue};
@@ -27,7 +27,7 @@ pub(super) enum FromShared {
 const POLL_FIRST: Duration = Duration::from_millis(2);
 const POLL_MAX: Duration = Duration::from_millis(25);
 
-impl Router {
+impl Routing {
     /// See the module comment. `ttl_of` gives the TTL a fetched answer is stored for.
     pub(super) async fn lead_shared<F, Fut>(
         &self,

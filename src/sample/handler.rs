@@ -46,6 +46,8 @@ struct Inner {
     listens_total: AtomicU64,
     /// Requests recorded over HTTP, and injected failures.
     recorder: super::record::Recorder,
+    /// When the last delayed request was answered (see [`Sample::delay_ended_ns`]).
+    delay_ended_ns: AtomicU64,
 }
 
 /// A handler's answer.
@@ -75,6 +77,7 @@ impl Sample {
             listens_open: AtomicU64::new(0),
             listens_total: AtomicU64::new(0),
             recorder: Default::default(),
+            delay_ended_ns: AtomicU64::new(0),
         }))
     }
 
@@ -94,6 +97,13 @@ impl Sample {
     /// Requests received for `method`.
     pub fn count(&self, method: &str) -> u64 {
         self.0.counts.lock().expect("counts").get(method).copied().unwrap_or(0)
+    }
+
+    /// When (ns since the Unix epoch) the last delayed request finished its delay and was
+    /// answered; 0 before any. Lets a test order its own observations after an answer that
+    /// the upstream gave, without racing the client's scheduling.
+    pub fn delay_ended_ns(&self) -> u64 {
+        self.0.delay_ended_ns.load(Ordering::SeqCst)
     }
 
     /// Requests received, all methods.
@@ -134,6 +144,8 @@ impl Sample {
         self.note(method);
         if !self.0.spec.delay.is_zero() {
             tokio::time::sleep(self.0.spec.delay).await;
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            self.0.delay_ended_ns.store(u64::try_from(now.as_nanos()).unwrap_or(u64::MAX), Ordering::SeqCst);
         }
         match method {
             m::DISCOVER => Handled::Result(self.discover()),

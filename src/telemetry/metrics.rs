@@ -13,9 +13,13 @@ use prometheus_client::registry::Registry;
 use crate::mcp;
 
 mod labels;
+mod meter;
+mod relay;
 
 pub use labels::Rejection;
 use labels::*;
+pub use meter::UpstreamMeter;
+pub use relay::RelayMeter;
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
@@ -54,46 +58,8 @@ struct Inner {
     upstream_healthy: Family<Named, Gauge>,
     upstream_era: Family<EraLabel, Gauge>,
     upstream_reconnects: Family<Named, Counter>,
-}
-
-/// One upstream's metric handles, resolved when the upstream starts: the request path
-/// increments them without building a label set.
-#[derive(Clone)]
-pub struct UpstreamMeter {
-    /// Per scope (see [`SCOPES`]).
-    hits: [Counter; 2],
-    misses: [Counter; 2],
-    stale: [Counter; 2],
-    joins: Counter,
-    /// `upstream_request_seconds` per method slot.
-    seconds: Vec<Histogram>,
-}
-
-impl UpstreamMeter {
-    /// A fresh cache hit in the `public` or private partition.
-    pub fn cache_hit(&self, public: bool) {
-        self.hits[scope_index(public)].inc();
-    }
-
-    /// A miss, fetched from the upstream; its scope is that of the answer.
-    pub fn cache_miss(&self, public: bool) {
-        self.misses[scope_index(public)].inc();
-    }
-
-    /// A stale entry served after a failed refetch.
-    pub fn cache_stale(&self, public: bool) {
-        self.stale[scope_index(public)].inc();
-    }
-
-    /// A miss that joined another caller's flight instead of fetching.
-    pub fn flight_joined(&self) {
-        self.joins.inc();
-    }
-
-    /// Latency of one request to the upstream.
-    pub fn request_seconds(&self, method: &str, seconds: f64) {
-        self.seconds[method_index(method)].observe(seconds);
-    }
+    relays: relay::RelayFamilies,
+    config_reloads: Family<ReloadOutcome, Counter>,
 }
 
 /// One upstream's state read at scrape time.
@@ -182,7 +148,11 @@ impl Metrics {
             upstream_healthy: Family::default(),
             upstream_era: Family::default(),
             upstream_reconnects: Family::default(),
+            relays: relay::RelayFamilies::default(),
+            config_reloads: Family::default(),
         };
+        let _ = ["applied", "unchanged", "rejected"]
+            .map(|outcome| inner.config_reloads.get_or_create_owned(&ReloadOutcome { outcome }));
         let r = &mut registry;
         r.register("downstream_requests", "Downstream requests answered, by method and outcome", downstream_family);
         r.register("downstream_request_seconds", "Downstream request latency, by method", seconds_family);
@@ -245,12 +215,14 @@ impl Metrics {
             inner.delivery_seconds.clone(),
         );
         r.register("upstream_healthy", "1 when the upstream answered discovery", inner.upstream_healthy.clone());
+        r.register("config_reloads", "Config reloads, by outcome", inner.config_reloads.clone());
         r.register("upstream_era", "1 for the upstream's current protocol era", inner.upstream_era.clone());
         r.register(
             "upstream_reconnects",
             "Stdio restarts and legacy session re-initializations, by upstream",
             inner.upstream_reconnects.clone(),
         );
+        inner.relays.register(r);
         Self(Arc::new(Inner { registry, ..inner }))
     }
 
@@ -271,6 +243,7 @@ impl Metrics {
                         .get_or_create_owned(&UpstreamMethod { upstream: name.to_owned(), method: method_label(m) })
                 })
                 .collect(),
+            relay: i.relays.meter(name),
         }
     }
 
@@ -301,6 +274,11 @@ impl Metrics {
     /// A connection or request refused.
     pub fn rejection(&self, why: Rejection) {
         self.0.rejections.get_or_create(&Reason { reason: why.as_str() }).inc();
+    }
+
+    /// A config reload ended with `outcome` (`applied`, `unchanged`, `rejected`).
+    pub fn reloaded(&self, outcome: &'static str) {
+        self.0.config_reloads.get_or_create(&ReloadOutcome { outcome }).inc();
     }
 
     /// A connection closed by `idle_timeout`.

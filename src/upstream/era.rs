@@ -53,8 +53,12 @@ impl Upstream {
         }
         let params = own_params();
         let auth = self.proxy_auth().await?;
-        let probe =
-            self.send_modern(mcp::method::DISCOVER, params.as_bytes(), None, auth.as_deref().map(|a| a.header()));
+        let max = self.0.config.max_message_bytes;
+        let probe = async {
+            self.send_modern(mcp::method::DISCOVER, params.as_bytes(), None, auth.as_deref().map(|a| a.header()), None)
+                .await?
+                .into_reply(self.name(), max)
+        };
         let answer = match &self.0.transport {
             Transport::Stdio(_) => match tokio::time::timeout(STDIO_PROBE_TIMEOUT, probe).await {
                 Ok(a) => a,

@@ -149,6 +149,51 @@ fn value(v: &str) -> HeaderValue {
     HeaderValue::from_str(v).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
 }
 
+/// Why a configured header cannot be sent.
+#[derive(Debug, thiserror::Error)]
+pub enum StaticHeaderError {
+    #[error("`{name}` is not a valid header name")]
+    Name {
+        name: String,
+        #[source]
+        source: http::header::InvalidHeaderName,
+    },
+    #[error("`{name}`")]
+    Secret {
+        name: String,
+        #[source]
+        source: crate::config::SecretError,
+    },
+    #[error("`{name}` is not a valid header value")]
+    Value {
+        name: String,
+        #[source]
+        source: http::header::InvalidHeaderValue,
+    },
+}
+
+/// Resolves configured header secrets into a header map. Hop-by-hop and framing headers,
+/// which validation refuses, are left out here too; values are marked sensitive (kept out of
+/// HTTP/2 header compression tables and debug output).
+pub fn static_headers(
+    headers: &std::collections::BTreeMap<String, crate::config::SecretSource>,
+) -> Result<http::HeaderMap, StaticHeaderError> {
+    let mut map = http::HeaderMap::new();
+    for (name, source) in headers {
+        if crate::config::forbidden_header(name) {
+            continue;
+        }
+        let header = http::header::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|source| StaticHeaderError::Name { name: name.clone(), source })?;
+        let value = source.resolve().map_err(|source| StaticHeaderError::Secret { name: name.clone(), source })?;
+        let mut value = http::HeaderValue::from_str(&value)
+            .map_err(|source| StaticHeaderError::Value { name: name.clone(), source })?;
+        value.set_sensitive(true);
+        map.insert(header, value);
+    }
+    Ok(map)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,15 +3,16 @@
 //! legacy servers also the session header, the standalone GET stream and DELETE.
 
 use bytes::Bytes;
-use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderValue};
 use http::{Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use super::ProgressSink;
+use super::large::{Fetch, LargeBody};
 use super::reply::Reply;
 use super::sse::{SseError, SseStream};
 use crate::error::{UpstreamError, UpstreamErrorKind};
@@ -74,7 +75,7 @@ pub struct Exchanged {
     pub session: Option<String>,
 }
 
-pub use super::headers::{Headers, Mirrored, ParamHeader};
+pub use super::headers::{Headers, Mirrored, ParamHeader, StaticHeaderError, static_headers};
 
 /// The `Authorization` value of an upstream credential, when it sends one.
 pub type Auth<'a> = Option<&'a HeaderValue>;
@@ -155,12 +156,30 @@ impl HttpTransport {
         answer: &(dyn Fn(&Incoming<'_>) -> Option<Bytes> + Sync),
         progress: Option<&ProgressSink>,
     ) -> Result<Exchanged, UpstreamError> {
-        match self.open(id, body, headers, auth).await? {
-            Opened::Reply(exchanged) => Ok(exchanged),
-            Opened::Stream { body, session } => {
-                let reply = self.read_sse(id, body, headers, auth, answer, progress).await?;
-                Ok(Exchanged { reply, status: StatusCode::OK, session })
+        let (fetch, status, session) = self.exchange_read(id, body, headers, auth, answer, progress, None).await?;
+        Ok(Exchanged { reply: fetch.into_reply(&self.name, self.max_message)?, status, session })
+    }
+
+    /// [`HttpTransport::exchange`], handing a successful answer larger than `large` bytes
+    /// back unread (see [`super::large`]).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn exchange_read(
+        &self,
+        id: &str,
+        body: Bytes,
+        headers: &Headers<'_>,
+        auth: Auth<'_>,
+        answer: &(dyn Fn(&Incoming<'_>) -> Option<Bytes> + Sync),
+        progress: Option<&ProgressSink>,
+        large: Option<usize>,
+    ) -> Result<(Fetch, StatusCode, Option<String>), UpstreamError> {
+        match self.open_with(id, body, headers, auth, large).await? {
+            Either::Left(Opened::Reply(ex)) => Ok((Fetch::Reply(ex.reply), ex.status, ex.session)),
+            Either::Left(Opened::Stream { body, session }) => {
+                let fetch = self.read_sse(id, body, headers, auth, answer, progress, large).await?;
+                Ok((fetch, StatusCode::OK, session))
             }
+            Either::Right((large, session)) => Ok((Fetch::Large(large), StatusCode::OK, session)),
         }
     }
 
@@ -173,15 +192,41 @@ impl HttpTransport {
         headers: &Headers<'_>,
         auth: Auth<'_>,
     ) -> Result<Opened, UpstreamError> {
+        match self.open_with(id, body, headers, auth, None).await? {
+            Either::Left(opened) => Ok(opened),
+            Either::Right(_) => {
+                Err(UpstreamError::new(self.name.clone(), UpstreamErrorKind::TooLarge { limit: self.max_message }))
+            }
+        }
+    }
+
+    /// [`HttpTransport::open`]; a successful JSON answer past `large` bytes comes back unread.
+    async fn open_with(
+        &self,
+        id: &str,
+        body: Bytes,
+        headers: &Headers<'_>,
+        auth: Auth<'_>,
+        large: Option<usize>,
+    ) -> Result<Either<Opened, (LargeBody, Option<String>)>, UpstreamError> {
         let resp = self.send(Method::POST, self.header_map(headers, auth), body).await?;
         let status = resp.status();
         let session = resp.headers().get(mcp::H_SESSION_ID).and_then(|v| v.to_str().ok()).map(str::to_owned);
         if is_sse(resp.headers()) && status.is_success() {
-            return Ok(Opened::Stream { body: resp.into_body(), session });
+            return Ok(Either::Left(Opened::Stream { body: resp.into_body(), session }));
         }
-        let body = self.collect(resp.into_body()).await?;
+        let body = match large {
+            Some(threshold) if status.is_success() => {
+                let length = resp.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
+                match super::large::collect_or_large(&self.name, resp.into_body(), length, threshold).await? {
+                    Ok(body) => body,
+                    Err(large) => return Ok(Either::Right((large, session))),
+                }
+            }
+            _ => self.collect(resp.into_body()).await?,
+        };
         match Reply::decode(&body, Some(id)) {
-            Ok(reply) => Ok(Opened::Reply(Exchanged { reply, status, session })),
+            Ok(reply) => Ok(Either::Left(Opened::Reply(Exchanged { reply, status, session }))),
             // A non-2xx without a JSON-RPC body is an HTTP failure, not a protocol answer.
             Err(_) if !status.is_success() => {
                 Err(UpstreamError::new(self.name.clone(), UpstreamErrorKind::Status { status: status.as_u16() }))
@@ -257,6 +302,7 @@ impl HttpTransport {
         self.max_message
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn read_sse(
         &self,
         id: &str,
@@ -265,16 +311,26 @@ impl HttpTransport {
         auth: Auth<'_>,
         answer: &(dyn Fn(&Incoming<'_>) -> Option<Bytes> + Sync),
         progress: Option<&ProgressSink>,
-    ) -> Result<Reply, UpstreamError> {
+        large: Option<usize>,
+    ) -> Result<Fetch, UpstreamError> {
         let mut stream = SseStream::new(body, self.max_message);
+        if let Some(threshold) = large {
+            stream = stream.stream_above(threshold);
+        }
         loop {
             let message = match stream.next_data().await {
                 Ok(Some(message)) => message,
                 Ok(None) => return Err(self.err_disconnected("SSE stream ended before the response")),
+                // The response is the last event: one this large is it (or not a response
+                // at all, which the streaming pass finds out).
+                Err(SseError::Large) => {
+                    let (prefix, data) = stream.into_data();
+                    return Ok(Fetch::Large(LargeBody::sse(self.name.clone(), prefix, data)));
+                }
                 Err(e) => return Err(self.sse_error(e)),
             };
             if let Ok(reply) = Reply::decode(&message, Some(id)) {
-                return Ok(reply);
+                return Ok(Fetch::Reply(reply));
             }
             let Ok(text) = std::str::from_utf8(&message) else { continue };
             let Ok(msg) = Incoming::parse(text) else { continue };
@@ -304,6 +360,9 @@ impl HttpTransport {
                 UpstreamError::new(self.name.clone(), UpstreamErrorKind::TooLarge { limit })
             }
             SseError::Body(e) => self.err_disconnected(e),
+            SseError::Large => {
+                UpstreamError::new(self.name.clone(), UpstreamErrorKind::TooLarge { limit: self.max_message })
+            }
         }
     }
 }
@@ -314,49 +373,4 @@ fn is_sse(headers: &HeaderMap) -> bool {
 
 fn header(value: &str) -> HeaderValue {
     HeaderValue::from_str(value).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
-}
-
-/// Why a configured header cannot be sent.
-#[derive(Debug, thiserror::Error)]
-pub enum StaticHeaderError {
-    #[error("`{name}` is not a valid header name")]
-    Name {
-        name: String,
-        #[source]
-        source: http::header::InvalidHeaderName,
-    },
-    #[error("`{name}`")]
-    Secret {
-        name: String,
-        #[source]
-        source: crate::config::SecretError,
-    },
-    #[error("`{name}` is not a valid header value")]
-    Value {
-        name: String,
-        #[source]
-        source: http::header::InvalidHeaderValue,
-    },
-}
-
-/// Resolves configured header secrets into a header map. Hop-by-hop and framing headers,
-/// which validation refuses, are left out here too; values are marked sensitive (kept out of
-/// HTTP/2 header compression tables and debug output).
-pub fn static_headers(
-    headers: &std::collections::BTreeMap<String, crate::config::SecretSource>,
-) -> Result<HeaderMap, StaticHeaderError> {
-    let mut map = HeaderMap::new();
-    for (name, source) in headers {
-        if crate::config::forbidden_header(name) {
-            continue;
-        }
-        let header = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|source| StaticHeaderError::Name { name: name.clone(), source })?;
-        let value = source.resolve().map_err(|source| StaticHeaderError::Secret { name: name.clone(), source })?;
-        let mut value =
-            HeaderValue::from_str(&value).map_err(|source| StaticHeaderError::Value { name: name.clone(), source })?;
-        value.set_sensitive(true);
-        map.insert(header, value);
-    }
-    Ok(map)
 }

@@ -83,27 +83,35 @@ fn cacheable(method: &str) -> bool {
     )
 }
 
-/// A legacy answer in 2026-07-28 shape: `resultType` added; on cacheable results `ttlMs` and
-/// `cacheScope` from the upstream's configured defaults; "resource not found" (-32002, or the
-/// -32603 "Unknown resource" that TypeScript SDK servers send) as -32602 with `data.uri`.
+/// What a legacy result of `method` lacks in 2026-07-28 shape, with the value the proxy gives
+/// it (raw JSON): `resultType`, and on cacheable results `ttlMs` and `cacheScope` from the
+/// upstream's configured defaults. The one statement of the rule, for whole answers
+/// ([`translate_reply`]) and relayed ones ([`crate::router::Relay`]).
+pub fn result_defaults(method: &str, config: &UpstreamConfig) -> Vec<(&'static str, String)> {
+    let mut defaults = vec![("resultType", "\"complete\"".to_owned())];
+    if cacheable(method) {
+        defaults.push(("ttlMs", (config.default_ttl.as_millis() as u64).to_string()));
+        let scope = match config.default_scope {
+            CacheScopeDefault::Public => "\"public\"",
+            CacheScopeDefault::Private => "\"private\"",
+        };
+        defaults.push(("cacheScope", scope.to_owned()));
+    }
+    defaults
+}
+
+/// A legacy answer in 2026-07-28 shape: the [`result_defaults`] it lacks added; "resource not
+/// found" (-32002, or the -32603 "Unknown resource" that TypeScript SDK servers send) as
+/// -32602 with `data.uri`.
 pub fn translate_reply(method: &str, params: &[u8], reply: Reply, config: &UpstreamConfig) -> Reply {
     match reply {
         Reply::Result(body) => {
             let Ok(text) = std::str::from_utf8(&body) else { return Reply::Result(body) };
             let Ok(mut obj) = RawObject::parse_str(text) else { return Reply::Result(body) };
-            if !obj.contains("resultType") {
-                obj.set_string("resultType", "complete");
-            }
-            if cacheable(method) {
-                if !obj.contains("ttlMs") {
-                    obj.set_u64("ttlMs", config.default_ttl.as_millis() as u64);
-                }
-                if !obj.contains("cacheScope") {
-                    let scope = match config.default_scope {
-                        CacheScopeDefault::Public => "public",
-                        CacheScopeDefault::Private => "private",
-                    };
-                    obj.set_string("cacheScope", scope);
+            for (key, value) in result_defaults(method, config) {
+                if !obj.contains(key) {
+                    let raw = serde_json::value::RawValue::from_string(value).expect("defaults are JSON");
+                    obj.set(key, Cow::Owned(raw));
                 }
             }
             Reply::Result(Bytes::from(obj.to_vec()))

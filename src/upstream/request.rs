@@ -9,7 +9,7 @@ use tracing::Instrument;
 use bytes::Bytes;
 use tokio::time::{Instant, timeout_at};
 
-use super::{Era, OnBehalf, ProgressSink, Reply, Transport, Upstream, credential, http, legacy};
+use super::{Era, Fetch, OnBehalf, ProgressSink, Reply, Transport, Upstream, credential, http, legacy};
 use crate::error::{UpstreamError, UpstreamErrorKind};
 use crate::jsonrpc::{RequestId, encode_request};
 use crate::mcp;
@@ -39,12 +39,30 @@ impl Upstream {
         progress: Option<&ProgressSink>,
         on: OnBehalf<'_>,
     ) -> Result<Reply, UpstreamError> {
+        let fetched = self.metered(method, params, progress, on, None).await?;
+        fetched.into_reply(self.name(), self.0.config.max_message_bytes)
+    }
+
+    /// A `resources/read` whose successful answer, when larger than `large` bytes, comes
+    /// back unread, to be relayed (HTTP upstreams; a stdio upstream's answer is a bounded line).
+    pub async fn read_with(&self, params: &[u8], on: OnBehalf<'_>, large: usize) -> Result<Fetch, UpstreamError> {
+        self.metered(mcp::method::RESOURCES_READ, params, None, on, Some(large)).await
+    }
+
+    async fn metered(
+        &self,
+        method: &str,
+        params: &[u8],
+        progress: Option<&ProgressSink>,
+        on: OnBehalf<'_>,
+        large: Option<usize>,
+    ) -> Result<Fetch, UpstreamError> {
         let started = Instant::now();
         let span = crate::telemetry::upstream_span(self.name(), method);
-        let result = self.request_inner(method, params, progress, on).instrument(span).await;
+        let result = self.request_inner(method, params, progress, on, large).instrument(span).await;
         let outcome = match &result {
-            Ok(Reply::Result(_)) => "ok",
-            Ok(Reply::Error(_)) => "error",
+            Ok(Fetch::Reply(Reply::Result(_)) | Fetch::Large(_)) => "ok",
+            Ok(Fetch::Reply(Reply::Error(_))) => "error",
             Err(UpstreamError { kind: UpstreamErrorKind::Timeout { .. }, .. }) => "timeout",
             Err(UpstreamError { kind: UpstreamErrorKind::Unavailable { .. }, .. }) => "unavailable",
             Err(UpstreamError { kind: UpstreamErrorKind::Tls { .. }, .. }) => "tls",
@@ -64,14 +82,16 @@ impl Upstream {
         params: &[u8],
         progress: Option<&ProgressSink>,
         on: OnBehalf<'_>,
-    ) -> Result<Reply, UpstreamError> {
+        large: Option<usize>,
+    ) -> Result<Fetch, UpstreamError> {
         let timeout = self.0.config.timeout;
         let deadline = Instant::now() + timeout;
         let timed_out = || UpstreamError::new(self.name(), UpstreamErrorKind::Timeout { after: timeout });
         // With trace export, `_meta.traceparent` names this upstream request's span.
         let traced = crate::telemetry::with_traceparent(params);
         let params = &*traced;
-        let _permit = timeout_at(deadline, self.0.in_flight.acquire())
+        // Owned: a relayed answer keeps the slot until its last byte.
+        let permit = timeout_at(deadline, self.0.in_flight.clone().acquire_owned())
             .await
             .map_err(|_| timed_out())?
             .expect("semaphore is never closed");
@@ -82,7 +102,7 @@ impl Upstream {
         loop {
             let auth = timeout_at(deadline, self.auth_for(on)).await.map_err(|_| timed_out())??;
             let header = auth.as_deref().map(|a| a.header());
-            let result = timeout_at(deadline, self.send(&era, method, params, progress, header))
+            let result = timeout_at(deadline, self.send(&era, method, params, progress, header, large))
                 .await
                 .map_err(|_| timed_out())
                 .and_then(|r| r);
@@ -106,6 +126,10 @@ impl Upstream {
                 Err(e) if e.is_retryable() && attempt < retries => {
                     tracing::debug!(upstream = %self.name(), error = %e, "retrying once");
                     attempt += 1;
+                }
+                Ok(Fetch::Large(mut body)) => {
+                    body.hold(permit);
+                    return Ok(Fetch::Large(body));
                 }
                 other => return other,
             }
@@ -155,10 +179,11 @@ impl Upstream {
         params: &[u8],
         progress: Option<&ProgressSink>,
         auth: http::Auth<'_>,
-    ) -> Result<Reply, UpstreamError> {
+        large: Option<usize>,
+    ) -> Result<Fetch, UpstreamError> {
         match era {
-            Era::Legacy(session) => self.send_legacy(session, method, params, progress, auth).await,
-            _ => self.send_modern(method, params, progress, auth).await,
+            Era::Legacy(session) => self.send_legacy(session, method, params, progress, auth, large).await,
+            _ => self.send_modern(method, params, progress, auth, large).await,
         }
     }
 
@@ -172,17 +197,22 @@ impl Upstream {
         params: &[u8],
         progress: Option<&ProgressSink>,
         auth: http::Auth<'_>,
-    ) -> Result<Reply, UpstreamError> {
+        large: Option<usize>,
+    ) -> Result<Fetch, UpstreamError> {
         let id = self.next_id();
         let body: Bytes = encode_request(&id, method, params);
         match &self.0.transport {
             Transport::Http(t) => {
                 let headers = http::Headers::modern(method, params, |tool| self.0.catalog.param_headers(tool));
-                let ex =
-                    t.exchange(id.as_json(), body, &headers, auth, &legacy::answer_server_request, progress).await?;
-                Ok(ex.reply.with_status(ex.status))
+                let answer = &legacy::answer_server_request;
+                let (fetch, status, _) =
+                    t.exchange_read(id.as_json(), body, &headers, auth, answer, progress, large).await?;
+                Ok(match fetch {
+                    Fetch::Reply(reply) => Fetch::Reply(reply.with_status(status)),
+                    Fetch::Large(b) => Fetch::Large(b.answering(id.as_json(), self.0.config.timeout)),
+                })
             }
-            Transport::Stdio(t) => t.exchange(id.as_json(), body).await,
+            Transport::Stdio(t) => t.exchange(id.as_json(), body).await.map(Fetch::Reply),
         }
     }
 
@@ -193,21 +223,30 @@ impl Upstream {
         params: &[u8],
         progress: Option<&ProgressSink>,
         auth: http::Auth<'_>,
-    ) -> Result<Reply, UpstreamError> {
+        large: Option<usize>,
+    ) -> Result<Fetch, UpstreamError> {
         let params = legacy::translate_params(params);
         let id = self.next_id();
         let body = encode_request(&id, method, &params);
         let reply = match &self.0.transport {
             Transport::Http(t) => {
                 let headers = http::Headers::Legacy { version: &session.version, session: session.id.as_deref() };
-                match t.exchange(id.as_json(), body, &headers, auth, &legacy::answer_server_request, progress).await {
-                    Ok(ex) if http::session_lost(ex.status, Some(&ex.reply)) => return Err(self.session_lost()),
+                let answer = &legacy::answer_server_request;
+                match t.exchange_read(id.as_json(), body, &headers, auth, answer, progress, large).await {
+                    Ok((Fetch::Large(b), ..)) => {
+                        let mut b = b.answering(id.as_json(), self.0.config.timeout);
+                        b.legacy = true;
+                        return Ok(Fetch::Large(b));
+                    }
+                    Ok((Fetch::Reply(reply), status, _)) if http::session_lost(status, Some(&reply)) => {
+                        return Err(self.session_lost());
+                    }
                     // The proxy's credential was refused: an upstream failure (and a cue to
                     // refresh the token), not an answer for the client.
-                    Ok(ex) if ex.status == ::http::StatusCode::UNAUTHORIZED => {
+                    Ok((_, status, _)) if status == ::http::StatusCode::UNAUTHORIZED => {
                         return Err(UpstreamError::new(self.name(), UpstreamErrorKind::Status { status: 401 }));
                     }
-                    Ok(ex) => ex.reply,
+                    Ok((Fetch::Reply(reply), ..)) => reply,
                     Err(UpstreamError { kind: UpstreamErrorKind::Status { status: 404, .. }, .. }) => {
                         return Err(self.session_lost());
                     }
@@ -216,7 +255,7 @@ impl Upstream {
             }
             Transport::Stdio(t) => t.exchange(id.as_json(), body).await?,
         };
-        Ok(legacy::translate_reply(method, &params, reply, &self.0.config))
+        Ok(Fetch::Reply(legacy::translate_reply(method, &params, reply, &self.0.config)))
     }
 
     pub(super) fn session_lost(&self) -> UpstreamError {
@@ -226,10 +265,10 @@ impl Upstream {
 
 /// Whether the upstream refused the request's credential: HTTP 401, with or without a
 /// JSON-RPC error body.
-fn unauthorized(result: &Result<Reply, UpstreamError>) -> bool {
+fn unauthorized(result: &Result<Fetch, UpstreamError>) -> bool {
     match result {
         Err(UpstreamError { kind: UpstreamErrorKind::Status { status, .. }, .. }) => *status == 401,
-        Ok(Reply::Error(e)) => e.http_status == Some(401),
+        Ok(Fetch::Reply(Reply::Error(e))) => e.http_status == Some(401),
         _ => false,
     }
 }

@@ -8,6 +8,10 @@
 use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::BodyExt;
 
+mod data;
+
+pub use data::{DataState, SseData};
+
 /// One dispatched event. Comment lines and `event:` names are dropped: MCP defines none.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SseEvent {
@@ -31,6 +35,10 @@ pub enum SseError {
     /// The connection failed mid-stream.
     #[error("SSE stream broke: {0}")]
     Body(#[source] hyper::Error),
+    /// An event's data went past the relay threshold: take the rest with
+    /// [`SseDecoder::into_data`] (only with [`SseDecoder::stream_above`]).
+    #[error("SSE event exceeds the relay threshold")]
+    Large,
 }
 
 /// Feeds bytes in, takes events out.
@@ -46,6 +54,10 @@ pub struct SseDecoder {
     /// Bytes consumed since the last dispatched event (comments and blank lines included).
     idle_size: usize,
     limit: usize,
+    /// Events whose data grows past this are handed over for streaming, not refused.
+    stream_above: Option<usize>,
+    /// Whether [`SseError::Large`] came in the middle of a line.
+    mid_line: bool,
 }
 
 impl SseDecoder {
@@ -59,7 +71,48 @@ impl SseDecoder {
             pending_size: 0,
             idle_size: 0,
             limit,
+            stream_above: None,
+            mid_line: false,
         }
+    }
+
+    /// Hands events whose data grows past `threshold` over for streaming ([`SseError::Large`]).
+    pub fn stream_above(mut self, threshold: usize) -> Self {
+        self.stream_above = Some(threshold);
+        self
+    }
+
+    /// Whether the event being assembled is past the relay threshold: `mid_line`, in a
+    /// partly read `data:` line (the whole of `buf`), or at a line end.
+    fn past_threshold(&mut self, mid_line: bool) -> bool {
+        let Some(t) = self.stream_above else { return false };
+        let past = if mid_line {
+            self.buf.len() + self.pending_size > t && self.buf.starts_with(b"data:")
+        } else {
+            self.pending_size > t && self.has_data
+        };
+        self.mid_line = past && mid_line;
+        past
+    }
+
+    /// After [`SseError::Large`]: the data read so far, and the reader of the rest of the
+    /// event's data from `body`.
+    pub fn into_data(mut self, body: hyper::body::Incoming) -> (Bytes, SseData) {
+        let mut prefix = std::mem::take(&mut self.pending.data).into_bytes();
+        let (state, pending) = if self.mid_line {
+            let skip = if self.buf.starts_with(b"data: ") { 6 } else { 5 };
+            self.buf.advance(skip);
+            if !self.has_data {
+                // The usual case, one `data:` line: its bytes are handed over, not copied.
+                return (self.buf.freeze(), SseData::new(body, Bytes::new(), DataState::Data));
+            }
+            prefix.push(b'\n');
+            prefix.extend_from_slice(&self.buf);
+            (DataState::Data, Bytes::new())
+        } else {
+            (DataState::LineStart, self.buf.freeze())
+        };
+        (Bytes::from(prefix), SseData::new(body, pending, state))
     }
 
     /// Appends received bytes.
@@ -73,6 +126,9 @@ impl SseDecoder {
         loop {
             let Some(end) = self.buf[self.scanned..].iter().position(|b| *b == b'\n' || *b == b'\r') else {
                 self.scanned = self.buf.len();
+                if self.past_threshold(true) {
+                    return Err(SseError::Large);
+                }
                 if self.buf.len() + self.pending_size > limit {
                     return Err(SseError::TooLarge { limit });
                 }
@@ -99,10 +155,13 @@ impl SseDecoder {
                 self.pending = SseEvent { id: self.pending.id.take(), ..Default::default() };
             } else {
                 self.pending_size += line.len();
+                self.field(&line);
+                if self.past_threshold(true) {
+                    return Err(SseError::Large);
+                }
                 if self.pending_size > limit {
                     return Err(SseError::TooLarge { limit });
                 }
-                self.field(&line);
             }
             if self.idle_size > limit {
                 return Err(SseError::NoEvent { limit });
@@ -149,6 +208,18 @@ impl SseStream {
         Self { body, decoder: SseDecoder::new(limit) }
     }
 
+    /// Hands an event whose data grows past `threshold` over for streaming: `next` then
+    /// fails with [`SseError::Large`], and [`SseStream::into_data`] reads on.
+    pub fn stream_above(mut self, threshold: usize) -> Self {
+        self.decoder = self.decoder.stream_above(threshold);
+        self
+    }
+
+    /// After [`SseError::Large`]: the event's data so far, and the reader of the rest.
+    pub fn into_data(self) -> (Bytes, SseData) {
+        self.decoder.into_data(self.body)
+    }
+
     /// The next event: `None` when the upstream closed the stream, an error when the stream
     /// broke or went past the limit (the caller must then drop it).
     pub async fn next(&mut self) -> Result<Option<SseEvent>, SseError> {
@@ -178,6 +249,32 @@ impl SseStream {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn an_event_past_the_threshold_is_handed_over() {
+        let mut d = SseDecoder::new(1 << 20).stream_above(8);
+        d.push(b": hi\n\ndata: {\"a\":\"0123456789");
+        assert!(matches!(d.next_event(), Err(SseError::Large)));
+        assert!(d.mid_line);
+        let mut d = SseDecoder::new(1 << 20).stream_above(14);
+        d.push(b"data: 01234\ndata: 56789\ndata");
+        assert!(matches!(d.next_event(), Err(SseError::Large)));
+        // A long line of another field is refused as before.
+        let mut d = SseDecoder::new(16).stream_above(8);
+        d.push(b": 0123456789abcdefghij");
+        assert!(matches!(d.next_event(), Err(SseError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn the_data_of_a_large_event_is_read_on() {
+        let mut data = SseData::detached(DataState::Data);
+        let mut out = Vec::new();
+        for chunk in [&b"abc\r"[..], b"\n: c\r\nid: 9\ndata:x\ndata", b"\n\ndata: next\n\n"] {
+            data.scan(chunk, &mut out);
+        }
+        assert!(data.done);
+        assert_eq!(out, b"abc\nx\n");
+    }
 
     fn all(input: &[&[u8]]) -> Vec<SseEvent> {
         let mut d = SseDecoder::new(1 << 20);

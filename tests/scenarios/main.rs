@@ -11,6 +11,7 @@ mod cluster;
 mod credentials;
 mod hostile;
 mod interop;
+mod large;
 mod legacy;
 mod legacy_sdk;
 mod legacy_upstream;
@@ -21,6 +22,7 @@ mod namespace;
 mod ops;
 #[cfg(feature = "otel")]
 mod otel;
+mod reload;
 mod rmcp_interop;
 mod stdio;
 mod stdio_downstream;

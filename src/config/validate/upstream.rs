@@ -43,6 +43,9 @@ pub(super) fn check_upstream(up: &UpstreamConfig) -> Vec<(&'static str, String)>
     if up.max_message_bytes < 1024 {
         errors.push(("max_message_bytes", "must be at least 1024".into()));
     }
+    if up.max_relay_bytes < 1024 {
+        errors.push(("max_relay_bytes", "must be at least 1024".into()));
+    }
     errors.extend(check_upstream_tls(up));
     for rule in &up.allow {
         if let Some(m) = check_rule(rule) {

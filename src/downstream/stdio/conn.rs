@@ -160,9 +160,10 @@ impl Conn {
         match route {
             Route::Initialize => {
                 legacy_reply(id, self.legacy.initialize(msg.params, p).await.map(|(_, result)| Answer::result(result)))
+                    .await
             }
             Route::Legacy(session) => {
-                legacy_reply(id, self.legacy.request(&session, msg.method(), msg.params, p).await)
+                legacy_reply(id, self.legacy.request(&session, msg.method(), msg.params, p).await).await
             }
             Route::Modern => {
                 let answer = match validate::check_body(msg) {
@@ -179,7 +180,7 @@ impl Conn {
                     }
                     _ => Err(Error::Internal("a validated request no longer validates".into())),
                 };
-                progress::encode_answer(id, answer)
+                progress::encode_answer(id, answer).await
             }
         }
     }
@@ -297,9 +298,9 @@ impl Conn {
 }
 
 /// A legacy route's reply: errors in their legacy form.
-fn legacy_reply(id: &RequestId, outcome: Result<Answer, Error>) -> Bytes {
+async fn legacy_reply(id: &RequestId, outcome: Result<Answer, Error>) -> Bytes {
     match outcome {
-        Ok(answer) => progress::encode_answer(id, Ok(answer)),
+        Ok(answer) => progress::encode_answer(id, Ok(answer)).await,
         Err(e) => encode_error(Some(id), &rpc_error(&e)),
     }
 }

@@ -13,9 +13,9 @@ use crate::upstream::{Reply, Upstream, UpstreamSession};
 /// A legacy upstream: `resources/subscribe` / `unsubscribe` for the union of listeners' URIs
 /// (refcounted by the hub, removals after the linger), changes arriving unsolicited.
 pub(super) async fn run(hub: &Hub, index: usize, session: &UpstreamSession, state: &mut FeedState) {
-    let upstream = hub.0.upstreams[index].clone();
+    let Some(upstream) = hub.upstream(index) else { return };
     let cfg = hub.0.config.clone();
-    let mut desired = hub.0.desired[index].subscribe();
+    let mut desired = hub.0.slots[index].desired.subscribe();
     let mut watched = hub.0.cache.watches().changes(index);
     let mut remote = hub.remote_interest(index);
     let mut unsolicited = upstream.unsolicited();

@@ -25,6 +25,12 @@ pub(super) struct Reason {
     pub(super) reason: &'static str,
 }
 
+/// A config reload's outcome: `applied`, `unchanged` or `rejected`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ReloadOutcome {
+    pub(super) outcome: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct ByMethod {
     pub(super) method: &'static str,
