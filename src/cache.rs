@@ -198,7 +198,7 @@ impl Cache {
     /// still in flight nor a stale-if-error serve can bring its content back.
     pub fn drop_upstream(&self, slot: u32) {
         self.0.epochs.stream_lost(slot);
-        if let Err(e) = self.0.store.invalidate_entries_if(move |k, _| k.upstream == slot) {
+        if let Err(e) = self.0.store.invalidate_entries_if(move |k, _| k.upstream() == slot) {
             tracing::warn!(slot, error = %e, "cannot drop a removed upstream's cache entries");
         }
         self.0.store.run_pending_tasks();
