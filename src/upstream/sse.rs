@@ -113,17 +113,19 @@ impl SseDecoder {
                 DataState::LineStart,
             );
         }
-        // In a partly read `data:` line, which is the whole of `buf`.
+        // In a partly read `data:` line, which is the whole of `buf`. When nothing follows
+        // the colon yet, the optional space may still come.
+        let state = if self.buf.len() == 5 { DataState::Space } else { DataState::Data };
         let skip = if self.buf.starts_with(b"data: ") { 6 } else { 5 };
         self.buf.advance(skip);
         if !self.has_data {
             // The usual case, one `data:` line: its bytes are handed over, not copied.
-            return (self.buf.freeze(), Bytes::new(), DataState::Data);
+            return (self.buf.freeze(), Bytes::new(), state);
         }
         let mut prefix = std::mem::take(&mut self.pending.data).into_bytes();
         prefix.push(b'\n');
         prefix.extend_from_slice(&self.buf);
-        (Bytes::from(prefix), Bytes::new(), DataState::Data)
+        (Bytes::from(prefix), Bytes::new(), state)
     }
 
     /// Appends received bytes.
