@@ -97,22 +97,35 @@ impl SseDecoder {
 
     /// After [`SseError::Large`]: the data read so far, and the reader of the rest of the
     /// event's data from `body`.
-    pub fn into_data(mut self, body: hyper::body::Incoming) -> (Bytes, SseData) {
+    pub fn into_data(self, body: hyper::body::Incoming) -> (Bytes, SseData) {
+        let (prefix, pending, state) = self.handover();
+        (prefix, SseData::new(body, pending, state))
+    }
+
+    /// After [`SseError::Large`]: the data read so far, the bytes received but not yet
+    /// scanned, and where the rest of the event stands.
+    fn handover(mut self) -> (Bytes, Bytes, DataState) {
+        if !self.mid_line {
+            // Handed over at a line end: `buf` holds whole lines still to be read.
+            return (
+                Bytes::from(std::mem::take(&mut self.pending.data).into_bytes()),
+                self.buf.freeze(),
+                DataState::LineStart,
+            );
+        }
+        // In a partly read `data:` line, which is the whole of `buf`. When nothing follows
+        // the colon yet, the optional space may still come.
+        let state = if self.buf.len() == 5 { DataState::Space } else { DataState::Data };
+        let skip = if self.buf.starts_with(b"data: ") { 6 } else { 5 };
+        self.buf.advance(skip);
+        if !self.has_data {
+            // The usual case, one `data:` line: its bytes are handed over, not copied.
+            return (self.buf.freeze(), Bytes::new(), state);
+        }
         let mut prefix = std::mem::take(&mut self.pending.data).into_bytes();
-        let (state, pending) = if self.mid_line {
-            let skip = if self.buf.starts_with(b"data: ") { 6 } else { 5 };
-            self.buf.advance(skip);
-            if !self.has_data {
-                // The usual case, one `data:` line: its bytes are handed over, not copied.
-                return (self.buf.freeze(), SseData::new(body, Bytes::new(), DataState::Data));
-            }
-            prefix.push(b'\n');
-            prefix.extend_from_slice(&self.buf);
-            (DataState::Data, Bytes::new())
-        } else {
-            (DataState::LineStart, self.buf.freeze())
-        };
-        (Bytes::from(prefix), SseData::new(body, pending, state))
+        prefix.push(b'\n');
+        prefix.extend_from_slice(&self.buf);
+        (Bytes::from(prefix), Bytes::new(), state)
     }
 
     /// Appends received bytes.
@@ -156,7 +169,8 @@ impl SseDecoder {
             } else {
                 self.pending_size += line.len();
                 self.field(&line);
-                if self.past_threshold(true) {
+                // At a line end: what is left in `buf` is further lines, not this one.
+                if self.past_threshold(false) {
                     return Err(SseError::Large);
                 }
                 if self.pending_size > limit {
@@ -246,99 +260,4 @@ impl SseStream {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    #[test]
-    fn an_event_past_the_threshold_is_handed_over() {
-        let mut d = SseDecoder::new(1 << 20).stream_above(8);
-        d.push(b": hi\n\ndata: {\"a\":\"0123456789");
-        assert!(matches!(d.next_event(), Err(SseError::Large)));
-        assert!(d.mid_line);
-        let mut d = SseDecoder::new(1 << 20).stream_above(14);
-        d.push(b"data: 01234\ndata: 56789\ndata");
-        assert!(matches!(d.next_event(), Err(SseError::Large)));
-        // A long line of another field is refused as before.
-        let mut d = SseDecoder::new(16).stream_above(8);
-        d.push(b": 0123456789abcdefghij");
-        assert!(matches!(d.next_event(), Err(SseError::TooLarge { .. })));
-    }
-
-    #[test]
-    fn the_data_of_a_large_event_is_read_on() {
-        let mut data = SseData::detached(DataState::Data);
-        let mut out = Vec::new();
-        for chunk in [&b"abc\r"[..], b"\n: c\r\nid: 9\ndata:x\ndata", b"\n\ndata: next\n\n"] {
-            data.scan(chunk, &mut out);
-        }
-        assert!(data.done);
-        assert_eq!(out, b"abc\nx\n");
-    }
-
-    fn all(input: &[&[u8]]) -> Vec<SseEvent> {
-        let mut d = SseDecoder::new(1 << 20);
-        let mut out = Vec::new();
-        for chunk in input {
-            d.push(chunk);
-            while let Some(e) = d.next_event().unwrap() {
-                out.push(e);
-            }
-        }
-        out
-    }
-
-    #[test]
-    fn events_comments_and_crlf() {
-        let evs = all(&[
-            b": keep-alive\r\n\r\nevent: message\r\ndata: {\"a\":1}\r\n\r\nid: 7\nretry: 500\ndata: x\ndata: y\n\n",
-        ]);
-        assert_eq!(evs.len(), 2);
-        assert_eq!(evs[0].data, "{\"a\":1}");
-        assert_eq!(evs[1], SseEvent { data: "x\ny".into(), id: Some("7".into()), retry: Some(500) });
-    }
-
-    #[test]
-    fn oversized_event_is_refused() {
-        let mut d = SseDecoder::new(16);
-        d.push(b"data: 0123456789abcdefghij");
-        assert!(matches!(d.next_event(), Err(SseError::TooLarge { limit: 16 })));
-        // Across lines of one event, each short.
-        let mut d = SseDecoder::new(16);
-        d.push(b"data: 0123456\ndata: 789abcdef\n");
-        assert!(matches!(d.next_event(), Err(SseError::TooLarge { .. })));
-    }
-
-    #[test]
-    fn floods_that_never_complete_an_event_are_refused() {
-        let mut d = SseDecoder::new(64);
-        let mut refused = false;
-        for _ in 0..100 {
-            d.push(b": keep-alive\n\n");
-            if let Err(e) = d.next_event() {
-                assert!(matches!(e, SseError::NoEvent { limit: 64 }));
-                refused = true;
-                break;
-            }
-        }
-        assert!(refused, "a comment-only flood must end the stream");
-        // Keep-alives between real events never add up.
-        let mut d = SseDecoder::new(64);
-        for _ in 0..100 {
-            d.push(b": ka\n\ndata: x\n\n");
-            while d.next_event().unwrap().is_some() {}
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn chunking_does_not_matter(split in 1usize..40, crlf in any::<bool>()) {
-            let nl = if crlf { "\r\n" } else { "\n" };
-            let text = format!("data: one{nl}{nl}:c{nl}data: two{nl}data: 2{nl}{nl}");
-            let bytes = text.as_bytes();
-            let chunks: Vec<&[u8]> = bytes.chunks(split).collect();
-            let evs = all(&chunks);
-            prop_assert_eq!(evs.iter().map(|e| e.data.as_str()).collect::<Vec<_>>(), vec!["one", "two\n2"]);
-        }
-    }
-}
+mod tests;

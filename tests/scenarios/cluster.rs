@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::support::*;
@@ -222,16 +221,10 @@ async fn an_update_seen_by_the_holder_evicts_and_reaches_listeners_on_every_repl
 }
 
 /// A replica in its own process, so that it can be SIGKILLed.
-struct ProcessReplica {
-    child: Child,
-    addr: std::net::SocketAddr,
-    _dir: tempfile::TempDir,
-}
+struct ProcessReplica;
 
 impl ProcessReplica {
-    async fn start(up: &SampleHttp, redis: &Redis) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("resmux.toml");
+    async fn start(up: &SampleHttp, redis: &Redis) -> ServeProcess {
         let text = format!(
             r#"
 [listen]
@@ -253,32 +246,7 @@ url = "{}"
             redis.url(),
             up.url()
         );
-        std::fs::write(&path, text).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_resmux"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&path)
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("resmux starts");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let addr = tokio::time::timeout(DEADLINE, async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
-                if v["fields"]["message"] == "resmux listening" {
-                    return v["fields"]["addr"].as_str().unwrap().parse().unwrap();
-                }
-            }
-            panic!("resmux exited before listening")
-        })
-        .await
-        .expect("resmux listens in time");
-        // Keep draining its log so it never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Self { child, addr, _dir: dir }
+        ServeProcess::start(&text).await
     }
 }
 

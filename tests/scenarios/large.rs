@@ -6,8 +6,6 @@
 
 mod upstream;
 
-use std::process::Stdio;
-
 use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
@@ -15,10 +13,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 
-use crate::support::{DEADLINE, eventually, meta};
+use crate::support::{DEADLINE, ServeProcess, eventually, meta};
 use upstream::{BigUpstream, payload, result_parts};
 
 const MIB: usize = 1 << 20;
@@ -26,15 +22,12 @@ const MIB: usize = 1 << 20;
 /// `resmux serve` in a process of its own, in front of two upstreams on one test server:
 /// `big` (default bounds) and `tight` (`max_relay_bytes` = 8 MiB).
 struct ProxyProcess {
-    child: Child,
+    serve: ServeProcess,
     url: String,
-    _dir: tempfile::TempDir,
 }
 
 impl ProxyProcess {
     async fn start(upstream: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("resmux.toml");
         let text = format!(
             r#"
 [listen]
@@ -52,31 +45,8 @@ url = "{upstream}"
 max_relay_bytes = 8388608
 "#
         );
-        std::fs::write(&path, text).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_resmux"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&path)
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("resmux starts");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let addr: std::net::SocketAddr = tokio::time::timeout(DEADLINE, async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
-                if v["fields"]["message"] == "resmux listening" {
-                    return v["fields"]["addr"].as_str().unwrap().parse().unwrap();
-                }
-            }
-            panic!("resmux exited before listening")
-        })
-        .await
-        .expect("resmux listens in time");
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        let proxy = Self { child, url: format!("http://{addr}"), _dir: dir };
+        let serve = ServeProcess::start(&text).await;
+        let proxy = Self { url: format!("http://{}", serve.addr), serve };
         eventually("both upstreams discovered", || {
             let proxy = &proxy;
             async move {
@@ -91,7 +61,7 @@ max_relay_bytes = 8388608
     }
 
     fn pid(&self) -> u32 {
-        self.child.id().expect("running")
+        self.serve.child.id().expect("running")
     }
 
     /// `VmRSS` and `VmHWM`, in bytes.

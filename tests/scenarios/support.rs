@@ -395,3 +395,46 @@ where
     });
     addr
 }
+
+/// `resmux serve` in a process of its own, started from the config `text` (which must log
+/// JSON at `info`, so that the listening address can be read from its log), and the address
+/// it listens on. Killed when dropped.
+pub struct ServeProcess {
+    pub child: tokio::process::Child,
+    pub addr: std::net::SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl ServeProcess {
+    pub async fn start(text: &str) -> Self {
+        use tokio::io::{AsyncBufReadExt, BufReader};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("resmux.toml");
+        std::fs::write(&path, text).unwrap();
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_resmux"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&path)
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("resmux starts");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let addr = tokio::time::timeout(DEADLINE, async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
+                if v["fields"]["message"] == "resmux listening" {
+                    return v["fields"]["addr"].as_str().unwrap().parse().unwrap();
+                }
+            }
+            panic!("resmux exited before listening")
+        })
+        .await
+        .expect("resmux listens in time");
+        // Keep draining its log so it never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Self { child, addr, _dir: dir }
+    }
+}
