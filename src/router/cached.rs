@@ -138,7 +138,8 @@ impl Routing {
         let principal = owner_of();
         // One flight per key for everyone first (a public answer is shared by all callers).
         let flight = key.clone().in_partition(Partition::Public);
-        let (mut outcome, mut led) = self.0.shared.flights.run(flight, || self.lead(&key, uri, principal, &fetch)).await;
+        let (mut outcome, mut led) =
+            self.0.shared.flights.run(flight, || self.lead(&key, uri, principal, &fetch)).await;
         // A private outcome belongs to the leader's owner alone: fetch our own.
         if let Ok(shared) = &outcome
             && !shared.served.public
