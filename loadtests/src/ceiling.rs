@@ -143,6 +143,13 @@ pub async fn serve_child(body_file: &Path) -> Result<()> {
     let mut out = tokio::io::stdout();
     out.write_all(format!("{READY_PREFIX}{}\n", ceiling.addr).as_bytes()).await?;
     out.flush().await?;
+    until_stdin_closes().await;
+    drop(ceiling);
+    Ok(())
+}
+
+/// Returns when standard input closes (the parent's signal that a child should stop).
+pub async fn until_stdin_closes() {
     let mut stdin = tokio::io::stdin();
     let mut buf = [0u8; 64];
     while let Ok(n) = stdin.read(&mut buf).await {
@@ -150,6 +157,4 @@ pub async fn serve_child(body_file: &Path) -> Result<()> {
             break;
         }
     }
-    drop(ceiling);
-    Ok(())
 }

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 use crate::conn::Conn;
 use crate::placement::Placement;
@@ -44,13 +44,7 @@ pub async fn serve(s: &Scenario, placement: &Placement) -> Result<()> {
         );
         out.write_all(lines.as_bytes()).await?;
         out.flush().await?;
-        let mut stdin = tokio::io::stdin();
-        let mut buf = [0u8; 64];
-        while let Ok(n) = stdin.read(&mut buf).await {
-            if n == 0 {
-                break;
-            }
-        }
+        crate::ceiling::until_stdin_closes().await;
         let upstream = proxy.upstream_total() - warmed;
         eprintln!("resmux-load targets: {upstream} upstream requests after the warm-up (0: every read a hit)");
         Ok(())

@@ -127,7 +127,7 @@ async fn run_once(opts: &Options, reads: u64) -> Result<u64> {
     ];
     let result = async {
         let ups = vec![("up0".to_owned(), upstream.url())];
-        let proxy = Proxy::spawn_wrapped(&wrapper, &opts.resmux, &ups, &s, READY).await?;
+        let proxy = Proxy::spawn(&wrapper, &opts.resmux, &ups, &s, READY).await?;
         let served = serve_reads(proxy.addr, reads).await;
         let status = proxy.terminate(EXIT).await?;
         served?;

@@ -105,17 +105,7 @@ impl Proxy {
 
     /// Starts `wrapper… exe serve -c <config>` as a child (for example under
     /// `valgrind --tool=callgrind`), given `ready` to answer its first `server/discover`.
-    pub async fn spawn_wrapped(
-        wrapper: &[std::ffi::OsString],
-        exe: &Path,
-        upstreams: &[(String, String)],
-        s: &Scenario,
-        ready: Duration,
-    ) -> Result<Self> {
-        Self::spawn(wrapper, exe, upstreams, s, ready).await
-    }
-
-    async fn spawn(
+    pub async fn spawn(
         wrapper: &[std::ffi::OsString],
         exe: &Path,
         upstreams: &[(String, String)],
