@@ -58,7 +58,7 @@ impl RateLimit {
         let Some(limiter) = &self.0 else { return Ok(()) };
         let key = match (principal.identity(), peer) {
             (Some(id), _) => Key::Principal(Arc::from(id.id.as_str())),
-            (None, Some(ip)) => Key::Peer(crate::downstream::listener::ip_key(ip)),
+            (None, Some(ip)) => Key::Peer(crate::downstream::per_ip::ip_key(ip)),
             (None, None) => Key::Anonymous,
         };
         limiter.check_key(&key).map_err(|not_until| not_until.wait_time_from(DefaultClock::default().now()))

@@ -11,6 +11,7 @@ mod cluster;
 mod credentials;
 mod hostile;
 mod interop;
+mod lean;
 mod legacy;
 mod legacy_sdk;
 mod legacy_upstream;
