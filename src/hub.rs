@@ -5,9 +5,9 @@
 mod changes;
 mod feed;
 mod listener;
+mod registry;
 mod replicas;
 
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use listener::{Listener, Notice, Topic};
+pub use registry::Registry;
 
 use crate::auth::{Principal, policy};
 use crate::cache::Cache;
@@ -62,14 +63,6 @@ struct Inner {
     tracker: TaskTracker,
     /// `notification_delivery_seconds`.
     delivery: Histogram,
-}
-
-#[derive(Default)]
-struct Registry {
-    listeners: HashMap<u64, Arc<Listener>>,
-    per_principal: HashMap<Principal, usize>,
-    /// Who listens to what: `(upstream, topic)` → listener ids.
-    topics: HashMap<(usize, Topic), HashSet<u64>>,
 }
 
 /// A registered listen; dropping it unregisters the listener.
@@ -269,15 +262,7 @@ impl Hub {
             .into());
         }
         *mine += 1;
-        let mut added = Vec::new();
-        for (up, topic) in &listener.topics {
-            let set = reg.topics.entry((*up, topic.clone())).or_default();
-            if set.is_empty() {
-                added.push((*up, topic));
-            }
-            set.insert(id);
-        }
-        reg.listeners.insert(id, listener.clone());
+        let added = reg.join(&listener);
         self.recompute_interest(&added, true);
         drop(reg);
         Ok(Subscription { hub: self.clone(), listener, honoured })
@@ -324,24 +309,14 @@ impl Hub {
 
     fn unregister(&self, id: u64) {
         let mut reg = self.0.registry.lock().expect("registry");
-        let Some(listener) = reg.listeners.remove(&id) else { return };
+        let Some((listener, removed)) = reg.leave(id) else { return };
         if let Some(n) = reg.per_principal.get_mut(&listener.principal) {
             *n -= 1;
             if *n == 0 {
                 reg.per_principal.remove(&listener.principal);
             }
         }
-        let mut removed = Vec::new();
-        for (up, topic) in &listener.topics {
-            let key = (*up, topic.clone());
-            if let Some(set) = reg.topics.get_mut(&key) {
-                set.remove(&id);
-                if set.is_empty() {
-                    reg.topics.remove(&key);
-                    removed.push((*up, topic));
-                }
-            }
-        }
+        let removed: Vec<(usize, &Topic)> = removed.iter().map(|(up, t)| (*up, t)).collect();
         self.recompute_interest(&removed, false);
     }
 
