@@ -5,10 +5,12 @@
 mod body;
 mod framing;
 mod http;
+mod lean;
 pub mod legacy;
 mod listen;
 mod listener;
 pub(crate) mod origin;
+mod per_ip;
 mod progress;
 pub mod rate;
 mod respond;

@@ -5,10 +5,10 @@
 mod changes;
 mod feed;
 mod listener;
+mod registry;
 mod reload;
 mod replicas;
 
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use listener::{Listener, Notice, Topic};
+pub use registry::Registry;
 use reload::Slot;
 pub use reload::{Lineup, Moves};
 
@@ -63,14 +64,6 @@ struct Inner {
     tracker: TaskTracker,
     /// `notification_delivery_seconds`.
     delivery: Histogram,
-}
-
-#[derive(Default)]
-struct Registry {
-    listeners: HashMap<u64, Arc<Listener>>,
-    per_principal: HashMap<Principal, usize>,
-    /// Who listens to what: `(upstream slot, topic)` → listener ids.
-    topics: HashMap<(usize, Topic), HashSet<u64>>,
 }
 
 /// A registered listen; dropping it unregisters the listener.
@@ -274,16 +267,8 @@ impl Hub {
             .into());
         }
         *mine += 1;
-        let mut added = Vec::new();
-        let topics = listener.topics();
-        for (up, topic) in &topics {
-            let set = reg.topics.entry((*up, topic.clone())).or_default();
-            if set.is_empty() {
-                added.push((*up, topic));
-            }
-            set.insert(id);
-        }
-        reg.listeners.insert(id, listener.clone());
+        let added = reg.join(&listener);
+        let added: Vec<(usize, &Topic)> = added.iter().map(|(up, t)| (*up, t)).collect();
         self.recompute_interest(&added, true);
         drop(reg);
         Ok(Subscription { hub: self.clone(), listener, honoured })
@@ -332,25 +317,14 @@ impl Hub {
 
     fn unregister(&self, id: u64) {
         let mut reg = self.0.registry.lock().expect("registry");
-        let Some(listener) = reg.listeners.remove(&id) else { return };
+        let Some((listener, removed)) = reg.leave(id) else { return };
         if let Some(n) = reg.per_principal.get_mut(&listener.principal) {
             *n -= 1;
             if *n == 0 {
                 reg.per_principal.remove(&listener.principal);
             }
         }
-        let mut removed = Vec::new();
-        let topics = listener.topics();
-        for (up, topic) in &topics {
-            let key = (*up, topic.clone());
-            if let Some(set) = reg.topics.get_mut(&key) {
-                set.remove(&id);
-                if set.is_empty() {
-                    reg.topics.remove(&key);
-                    removed.push((*up, topic));
-                }
-            }
-        }
+        let removed: Vec<(usize, &Topic)> = removed.iter().map(|(up, t)| (*up, t)).collect();
         self.recompute_interest(&removed, false);
     }
 

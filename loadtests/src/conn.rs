@@ -13,7 +13,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio::task::AbortHandle;
 
 use crate::wire::{self, Op, Outcome};
@@ -52,7 +52,28 @@ impl Drop for Conn {
 impl Conn {
     /// Connects to `addr` within `timeout`; every request will carry `auth`.
     pub async fn open(addr: SocketAddr, timeout: Duration, auth: Option<HeaderValue>) -> Result<Self> {
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+        Self::open_from(addr, None, timeout, auth).await
+    }
+
+    /// [`Conn::open`] from the local address `source` (bound before connecting, port chosen by
+    /// the kernel), so that more connections than one address's ephemeral ports can be open.
+    pub async fn open_from(
+        addr: SocketAddr,
+        source: Option<std::net::IpAddr>,
+        timeout: Duration,
+        auth: Option<HeaderValue>,
+    ) -> Result<Self> {
+        let connect = async {
+            match source {
+                None => TcpStream::connect(addr).await,
+                Some(ip) => {
+                    let socket = if ip.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+                    socket.bind(SocketAddr::new(ip, 0))?;
+                    socket.connect(addr).await
+                }
+            }
+        };
+        let stream = tokio::time::timeout(timeout, connect)
             .await
             .with_context(|| format!("connect to {addr} timed out"))?
             .with_context(|| format!("connect to {addr}"))?;

@@ -31,6 +31,9 @@ use crate::wire::{self, Op, Outcome, StreamMessage};
 const MAX_EVENT: usize = 1 << 20;
 /// Largest refusal body read.
 const MAX_REFUSAL: usize = 64 << 10;
+/// Loopback source addresses listeners spread over (127.0.0.1 to 127.0.0.N), each with its
+/// own ephemeral-port range, when they connect to a loopback endpoint.
+const SOURCES: u8 = 8;
 /// How long deliveries still in flight get after the last change.
 const DRAIN: Duration = Duration::from_secs(3);
 
@@ -96,6 +99,9 @@ pub struct ListenStats {
     pub upstream_listens: u64,
     /// The update period, to judge the latency figures by.
     pub period: Duration,
+    /// Proxy RSS (KiB) before the listeners connected, and with all of them open and idle.
+    pub proxy_rss_before_kib: Option<u64>,
+    pub proxy_rss_idle_kib: Option<u64>,
 }
 
 /// Listeners that are open (or refused) and reading.
@@ -104,6 +110,8 @@ pub struct Listeners {
     tasks: JoinSet<()>,
     stop: watch::Sender<bool>,
     count: usize,
+    /// Proxy RSS (KiB) before the listeners connected, and once all were acknowledged.
+    rss: (Option<u64>, Option<u64>),
 }
 
 /// Opens `count` listeners and waits (up to `deadline`) until each is acknowledged or refused.
@@ -140,13 +148,39 @@ pub async fn open(
         let slow = slow_every.is_some_and(|k| i % k == 0);
         let (ep, op) = addressing.listen_for(i);
         let addr = addressing.endpoints[ep];
-        tasks.spawn(listener(i, addr, auth, op, shared.clone(), connect_limit.clone(), stop_rx.clone(), slow));
+        let source = source_for(i, addr);
+        tasks.spawn(listener(
+            i,
+            (addr, source),
+            auth,
+            op,
+            shared.clone(),
+            connect_limit.clone(),
+            stop_rx.clone(),
+            slow,
+        ));
     }
     let _ = tokio::time::timeout(deadline, shared.settled.acquire_many(count as u32)).await;
-    Listeners { shared, tasks, stop, count }
+    Listeners { shared, tasks, stop, count, rss: (None, None) }
+}
+
+/// Listener `i`'s source address: spread over [`SOURCES`] loopback
+/// addresses when `addr` is loopback IPv4; otherwise the kernel's choice.
+fn source_for(i: usize, addr: std::net::SocketAddr) -> Option<std::net::IpAddr> {
+    match addr.ip() {
+        std::net::IpAddr::V4(v4) if v4.is_loopback() => {
+            Some(std::net::Ipv4Addr::new(127, 0, 0, 1 + (i % SOURCES as usize) as u8).into())
+        }
+        _ => None,
+    }
 }
 
 impl Listeners {
+    /// Notes the proxy's memory before the listeners connected and once they were settled.
+    pub fn proxy_memory(&mut self, before: Option<crate::procfs::Memory>, idle: Option<crate::procfs::Memory>) {
+        self.rss = (before.map(|m| m.rss_kib), idle.map(|m| m.rss_kib));
+    }
+
     /// Listens acknowledged so far.
     pub fn acked(&self) -> u64 {
         self.shared.acked.load(Ordering::Relaxed)
@@ -207,6 +241,8 @@ impl Listeners {
             failures: s.failures.lock().expect("failures").clone(),
             upstream_listens,
             period,
+            proxy_rss_before_kib: self.rss.0,
+            proxy_rss_idle_kib: self.rss.1,
         }
     }
 }
@@ -221,7 +257,7 @@ struct Stream {
 #[allow(clippy::too_many_arguments)]
 async fn listener(
     i: usize,
-    addr: std::net::SocketAddr,
+    addr: (std::net::SocketAddr, Option<std::net::IpAddr>),
     auth: Option<http::HeaderValue>,
     op: Op,
     shared: Arc<Shared>,
@@ -348,13 +384,13 @@ fn on_event(data: &str, id: &str, shared: &Shared) -> bool {
 
 /// Connects, sends the listen, and reads up to the acknowledgment; `None` when refused.
 async fn set_up(
-    addr: std::net::SocketAddr,
+    (addr, source): (std::net::SocketAddr, Option<std::net::IpAddr>),
     auth: Option<http::HeaderValue>,
     op: &Op,
     id: &str,
     shared: &Shared,
 ) -> Option<Stream> {
-    let mut conn = match Conn::open(addr, CONNECT_TIMEOUT, auth).await {
+    let mut conn = match Conn::open_from(addr, source, CONNECT_TIMEOUT, auth).await {
         Ok(c) => c,
         Err(e) => {
             shared.fail("listen: connect", &format!("{e:#}"));

@@ -171,6 +171,15 @@ async fn main() -> Result<()> {
                     exe.display()
                 );
             }
+            // Both ends of every listener's connection may live on this box: room for them, the
+            // clients and a margin, raised here so the proxy child inherits it.
+            let sockets = scenarios.iter().map(|s| s.clients * s.upstreams.max(1) + s.listeners).max().unwrap_or(0);
+            let want = 2 * sockets as u64 + 4096;
+            if let Some(now) = resmux_load::procfs::raise_open_file_limit(want)
+                && now < want
+            {
+                eprintln!("resmux-load: open-file limit {now}, below the {want} these scenarios want");
+            }
             let opts = RunOptions { placement: placement.clone(), duration, sides };
             let mut reports = Vec::new();
             for s in &scenarios {

@@ -46,6 +46,25 @@ pub fn open_file_limit() -> Option<u64> {
     parse_open_file_limit(&text)
 }
 
+/// Raises this process's open-file limit, soft and hard, to at least `want` (at most the
+/// kernel's `fs.nr_open`); children started afterwards (the proxy) inherit it. Raising the
+/// hard limit needs root (or `CAP_SYS_RESOURCE`); without it the soft limit goes up to the
+/// hard one. Returns the soft limit now, `None` where the limit cannot be read.
+pub fn raise_open_file_limit(want: u64) -> Option<u64> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    if soft >= want {
+        return Some(soft);
+    }
+    let ceiling =
+        std::fs::read_to_string("/proc/sys/fs/nr_open").ok().and_then(|t| t.trim().parse::<u64>().ok()).unwrap_or(hard);
+    let target = want.min(ceiling.max(hard));
+    if setrlimit(Resource::RLIMIT_NOFILE, target, target.max(hard)).is_err() {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+    getrlimit(Resource::RLIMIT_NOFILE).ok().map(|(soft, _)| soft)
+}
+
 fn parse_open_file_limit(text: &str) -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with("Max open files"))?;
     line["Max open files".len()..].split_whitespace().next()?.parse().ok()
@@ -72,5 +91,7 @@ mod tests {
         assert!(m.rss_kib > 0 && m.hwm_kib >= m.rss_kib);
         assert!(cpu_ms("self").is_some());
         assert!(open_file_limit().is_some_and(|n| n > 0));
+        let now = open_file_limit().unwrap();
+        assert_eq!(raise_open_file_limit(now), Some(now), "asking for what is there changes nothing");
     }
 }

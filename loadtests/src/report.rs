@@ -94,6 +94,11 @@ pub struct ListenReport {
     /// Change-to-notification time.
     pub latency_ms: Latency,
     pub upstream_listens: u64,
+    /// Proxy RSS before the listeners connected and with all of them open and idle (KiB),
+    /// and the difference per open listener (KiB).
+    pub proxy_rss_before_kib: Option<u64>,
+    pub proxy_rss_idle_kib: Option<u64>,
+    pub rss_per_listener_kib: Option<f64>,
     pub failures: BTreeMap<String, Failure>,
     /// Notifications per second over time: `[seconds since start, per second]`.
     pub throughput: Vec<(f64, f64)>,
@@ -239,6 +244,13 @@ impl SideReport {
                 wrong_subscription: l.wrong_subscription,
                 latency_ms: Latency::of(&l.latency),
                 upstream_listens: l.upstream_listens,
+                proxy_rss_before_kib: l.proxy_rss_before_kib,
+                proxy_rss_idle_kib: l.proxy_rss_idle_kib,
+                rss_per_listener_kib: l
+                    .proxy_rss_before_kib
+                    .zip(l.proxy_rss_idle_kib)
+                    .filter(|_| l.acked + l.slow > 0)
+                    .map(|(b, i)| ((i.saturating_sub(b) as f64 / (l.acked + l.slow) as f64) * 100.0).round() / 100.0),
                 failures: l.failures.clone(),
                 throughput: rates(&l.timeline, x.elapsed_s, l.period.max(std::time::Duration::from_secs(1))),
                 latency_curve: curve(&l.latency),
@@ -390,9 +402,9 @@ pub fn markdown(s: &ScenarioReport) -> String {
     if !listening.is_empty() {
         let _ = writeln!(
             md,
-            "| side | listeners | acked | refused | changes | delivered / expected | notify p50 ms | p99 ms | max ms | upstream listens | proxy RSS KiB (peak) |"
+            "| side | listeners | acked | refused | changes | delivered / expected | notify p50 ms | p99 ms | max ms | upstream listens | proxy RSS KiB (peak) | RSS per idle listener KiB |"
         );
-        let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for r in listening {
             let l = r.listen.as_ref().expect("filtered");
             let rss = match (r.proxy_rss_kib, r.proxy_peak_rss_kib) {
@@ -401,7 +413,7 @@ pub fn markdown(s: &ScenarioReport) -> String {
             };
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} / {} | {:.3} | {:.3} | {:.3} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} / {} | {:.3} | {:.3} | {:.3} | {} | {} | {} |",
                 r.side,
                 thousands(l.listeners as f64),
                 thousands(l.acked as f64),
@@ -414,6 +426,7 @@ pub fn markdown(s: &ScenarioReport) -> String {
                 l.latency_ms.max,
                 thousands(l.upstream_listens as f64),
                 rss,
+                l.rss_per_listener_kib.map_or("–".into(), |k| format!("{k:.2}")),
             );
         }
         md.push('\n');

@@ -20,7 +20,8 @@ use crate::zipf::Zipf;
 
 /// Sockets this process keeps besides the load's own (runtime, files, upstream pools).
 const FD_MARGIN: u64 = 512;
-/// How long clients and listeners get to connect before the start.
+/// How long clients and listeners get to connect before the start; listeners get one more
+/// millisecond each past the first 60,000.
 const SETUP_DEADLINE: Duration = Duration::from_secs(60);
 
 /// How to run scenarios.
@@ -99,7 +100,18 @@ async fn drive(s: &Scenario, target: &Target) -> Result<SideReport> {
         let (n, note) = listener_budget(s, target);
         notes.extend(note);
         let slow_every = (s.slow_listeners > 0.0).then(|| (1.0 / s.slow_listeners).round().max(1.0) as usize);
-        listeners = Some(listen::open(n, &target.addressing, s.principals, SETUP_DEADLINE, slow_every).await);
+        let before = target.proxy.as_ref().and_then(|p| p.memory());
+        let mut l = listen::open(
+            n,
+            &target.addressing,
+            s.principals,
+            SETUP_DEADLINE.max(Duration::from_millis(n as u64)),
+            slow_every,
+        )
+        .await;
+        // Every listener acknowledged and idle (no change made yet): what they cost.
+        l.proxy_memory(before, target.proxy.as_ref().and_then(|p| p.memory()));
+        listeners = Some(l);
     }
     // Upstream listen streams once every listener has settled: the fan-out figure.
     let upstream_listens: u64 = target.samples.iter().map(|x| x.listens_open()).sum();

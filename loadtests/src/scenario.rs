@@ -211,8 +211,9 @@ pub mod limits {
     pub const DURATION: Duration = Duration::from_secs(600);
     pub const WARMUP: Duration = Duration::from_secs(60);
     pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
-    /// Each client or listener holds at least one socket; the file limit here is 20,000.
-    pub const CONNECTIONS: usize = 20_000;
+    /// Each client or listener holds at least one socket; the generator raises its open-file
+    /// limit to fit (where the hard limit may be raised) and caps listeners to what fits.
+    pub const CONNECTIONS: usize = 110_000;
     pub const UPSTREAMS: usize = 64;
     pub const RESOURCES: usize = 1_000_000;
     pub const RESOURCE_BYTES: usize = 1 << 20;
@@ -257,7 +258,7 @@ impl Scenario {
         );
         check(self.clients + self.listeners > 0, "set `clients` or `listeners` (or both)");
         check((0.0..0.5).contains(&self.slow_listeners), "`slow_listeners` must be within [0, 0.5)");
-        check(self.clients + self.listeners <= limits::CONNECTIONS, "`clients` + `listeners` must be at most 20000");
+        check(self.clients + self.listeners <= limits::CONNECTIONS, "`clients` + `listeners` must be at most 110000");
         check(self.clients == 0 || self.mix.total() > 0, "`mix` needs a positive weight");
         check(self.requests != Some(0), "`requests` must be positive");
         check(self.requests_per_client != Some(0), "`requests_per_client` must be positive");

@@ -52,6 +52,13 @@ pub struct ListenConfig {
     /// connection costs ~9 KiB more per open connection (10,000 idle listen streams: 304 MB
     /// instead of 212 MB).
     pub http2: bool,
+    /// Serve `subscriptions/listen` streams on clear-text HTTP/1.1 connections on the lean
+    /// path: the listen request read and its stream written with buffers of the size they
+    /// need, instead of hyper's 8 KiB read and 8 KiB write buffer per connection, for as long
+    /// as the stream is open (every check and answer is the same; every other request, and
+    /// whatever follows a listen on its connection, is hyper's). Off: hyper serves every
+    /// request. Not used with `http2` or `tls`. Default true.
+    pub lean_listens: bool,
     /// Path serving Prometheus metrics on the MCP listener too (GET). Empty (the default)
     /// disables it: metrics belong on the admin listener (`[admin] addr`), which MCP clients
     /// cannot reach.
@@ -120,6 +127,7 @@ impl Default for ListenConfig {
             max_header_bytes: 64 << 10,
             metrics_path: String::new(),
             http2: false,
+            lean_listens: true,
             max_legacy_sessions: 10_000,
             legacy_session_idle: Duration::from_secs(30 * 60),
             max_legacy_sessions_per_principal: 64,

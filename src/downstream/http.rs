@@ -99,6 +99,34 @@ impl Endpoint {
         }
     }
 
+    /// 408 with `Connection: close` for a body not in within `body_timeout` of its head.
+    pub(super) fn body_timed_out(&self) -> Resp {
+        self.0.metrics.rejection(Rejection::BodyTimeout);
+        let mut resp = respond::error(None, DownstreamError::BodyTimeout { after: self.0.body_timeout }.into());
+        resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+        resp
+    }
+
+    /// The MCP endpoint's path.
+    pub(super) fn path(&self) -> &str {
+        &self.0.path
+    }
+
+    /// The largest request body accepted.
+    pub(super) fn max_body(&self) -> usize {
+        self.0.max_body
+    }
+
+    /// How long a request body may take after its head.
+    pub(super) fn body_timeout(&self) -> std::time::Duration {
+        self.0.body_timeout
+    }
+
+    /// How long one write to a client may take: the slow-listener time.
+    pub(super) fn slow_write(&self) -> std::time::Duration {
+        self.0.hub.config().slow_listener_timeout
+    }
+
     /// The metrics the listener counts its rejections in.
     pub(super) fn telemetry(&self) -> &Metrics {
         &self.0.metrics
@@ -237,12 +265,7 @@ impl Endpoint {
             Ok(Ok(b)) => b.to_bytes(),
             Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
             Ok(Err(e)) => return plain(StatusCode::BAD_REQUEST, &format!("cannot read body: {e}")),
-            Err(_) => {
-                self.0.metrics.rejection(Rejection::BodyTimeout);
-                let mut resp = respond::error(None, DownstreamError::BodyTimeout { after: self.0.body_timeout }.into());
-                resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
-                return resp;
-            }
+            Err(_) => return self.body_timed_out(),
         };
         let Ok(text) = std::str::from_utf8(&body) else {
             return respond::error(None, DownstreamError::Parse("body is not UTF-8".into()).into());

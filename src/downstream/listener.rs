@@ -23,10 +23,9 @@
 //!   watch counts streams in flight, and any frame read while idle counts as a head begun.
 //! - `max_connections_per_ip`: counted at accept; see [`refuse`].
 
-use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -43,6 +42,8 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::Endpoint;
+use super::lean::{self, Lean};
+use super::per_ip::{IpSlot, PerIp};
 use super::watch::{Expired, Tracked, Watch, Watched};
 use crate::config::ListenConfig;
 use crate::error::DownstreamError;
@@ -68,6 +69,8 @@ pub struct Limits {
     pub idle_timeout: Duration,
     pub max_header_bytes: usize,
     pub http2: bool,
+    /// Serve clear-text HTTP/1.1 listen streams on the lean path ([`super::lean`]).
+    pub lean_listens: bool,
 }
 
 impl From<&ListenConfig> for Limits {
@@ -79,6 +82,7 @@ impl From<&ListenConfig> for Limits {
             idle_timeout: c.idle_timeout,
             max_header_bytes: c.max_header_bytes,
             http2: c.http2,
+            lean_listens: c.lean_listens,
         }
     }
 }
@@ -150,6 +154,7 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let span = tracing::info_span!(parent: &listener_span, "conn", peer = %peer);
         let watch = Watch::new(limits.header_timeout, limits.idle_timeout);
+        let lean_endpoint = endpoint.clone();
         let endpoint = endpoint.clone();
         let service = service_fn({
             let watch = watch.clone();
@@ -186,6 +191,22 @@ pub async fn serve(
                 }
                 .instrument(span),
             );
+            continue;
+        }
+        if limits.lean_listens && !limits.http2 {
+            let lean = Lean {
+                endpoint: lean_endpoint,
+                peer,
+                watch: watch.clone(),
+                max_head: limits.max_header_bytes,
+                cancel: cancel.clone(),
+                http1: http1.clone(),
+                watcher: graceful.watcher(),
+            };
+            // Pinned in a box of its own: moved into `run_connection`'s select, it is not
+            // stored twice in the connection's task.
+            let conn = Box::pin(lean::serve(Watched::new(stream, watch), lean, service));
+            tasks.spawn(run_connection(conn, held).instrument(span));
             continue;
         }
         let io = TokioIo::new(Watched::new(stream, watch));
@@ -291,94 +312,9 @@ fn refuse(stream: TcpStream, answer: Bytes, lingering: &Arc<Semaphore>, tasks: &
     });
 }
 
-/// Open connections per peer address. An entry exists only while its count is positive, so
-/// the map holds at most `max_connections` entries. IPv6 peers are counted per /64, the block
-/// one host is normally given, so that one host cannot take a fresh address per connection.
-struct PerIp {
-    limit: usize,
-    counts: Mutex<HashMap<IpAddr, usize>>,
-}
-
-/// One connection's place in [`PerIp`]; dropping it frees the place.
-struct IpSlot(Option<(Arc<PerIp>, IpAddr)>);
-
-impl PerIp {
-    fn new(limit: usize) -> Self {
-        Self { limit, counts: Mutex::new(HashMap::new()) }
-    }
-
-    /// A place for one more connection from `ip`, or `None` at the limit.
-    fn take(self: &Arc<Self>, ip: IpAddr) -> Option<IpSlot> {
-        if self.limit == 0 {
-            return Some(IpSlot(None));
-        }
-        let key = ip_key(ip);
-        let mut counts = self.counts.lock().expect("not poisoned");
-        let n = counts.entry(key).or_insert(0);
-        if *n >= self.limit {
-            return None;
-        }
-        *n += 1;
-        Some(IpSlot(Some((self.clone(), key))))
-    }
-}
-
-/// The key a peer address is counted under: IPv4 (and IPv4-mapped IPv6) as is, IPv6 by /64.
-pub(super) fn ip_key(ip: IpAddr) -> IpAddr {
-    match ip.to_canonical() {
-        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
-        v4 => v4,
-    }
-}
-
-impl Drop for IpSlot {
-    fn drop(&mut self) {
-        if let Some((table, key)) = self.0.take() {
-            let mut counts = table.counts.lock().expect("not poisoned");
-            if let Some(n) = counts.get_mut(&key) {
-                *n -= 1;
-                if *n == 0 {
-                    counts.remove(&key);
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn per_ip_counts_are_bounded_and_removed_at_zero() {
-        let t = Arc::new(PerIp::new(2));
-        let a: IpAddr = "10.0.0.1".parse().unwrap();
-        let (s1, s2) = (t.take(a).unwrap(), t.take(a).unwrap());
-        assert!(t.take(a).is_none());
-        assert!(t.take("10.0.0.2".parse().unwrap()).is_some(), "another address is unaffected");
-        drop(s1);
-        let s3 = t.take(a).expect("a freed place is reusable");
-        drop((s2, s3));
-        assert!(t.counts.lock().unwrap().is_empty(), "entries go when their count reaches 0");
-    }
-
-    #[test]
-    fn ipv6_peers_share_their_64_and_mapped_v4_is_v4() {
-        let t = Arc::new(PerIp::new(1));
-        let _a = t.take("2001:db8::1".parse().unwrap()).unwrap();
-        assert!(t.take("2001:db8::2".parse().unwrap()).is_none());
-        assert!(t.take("2001:db8:0:1::1".parse().unwrap()).is_some());
-        let _b = t.take("10.0.0.1".parse().unwrap()).unwrap();
-        assert!(t.take("::ffff:10.0.0.1".parse().unwrap()).is_none());
-    }
-
-    #[test]
-    fn unlimited_tracks_nothing() {
-        let t = Arc::new(PerIp::new(0));
-        let slots: Vec<_> = (0..10).map(|_| t.take("10.0.0.1".parse().unwrap()).unwrap()).collect();
-        assert!(t.counts.lock().unwrap().is_empty());
-        drop(slots);
-    }
 
     #[test]
     fn the_refusal_is_a_complete_429() {

@@ -59,7 +59,7 @@ impl RateLimit {
         let Some(limiter) = &self.0 else { return Ok(()) };
         let key = match (principal.identity(), peer) {
             (Some(_), _) => Key::Principal(principal.clone()),
-            (None, Some(ip)) => Key::Peer(crate::downstream::listener::ip_key(ip)),
+            (None, Some(ip)) => Key::Peer(crate::downstream::per_ip::ip_key(ip)),
             (None, None) => Key::Anonymous,
         };
         limiter.check_key(&key).map_err(|not_until| not_until.wait_time_from(DefaultClock::default().now()))

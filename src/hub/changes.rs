@@ -45,13 +45,10 @@ impl Hub {
                 (Topic::List(*kind), Notice::List(*kind))
             }
         };
-        let reg = self.0.registry.lock().expect("registry");
-        if let Some(ids) = reg.topics.get(&(index, topic)) {
-            for id in ids {
-                if let Some(l) = reg.listeners.get(id) {
-                    l.push(&pend);
-                }
-            }
+        // The topic's snapshot, taken under the lock; the pushes happen with it released.
+        let watchers = self.0.registry.lock().expect("registry").watchers(index, topic);
+        for l in watchers.iter().flat_map(|w| w.iter()) {
+            l.push(&pend);
         }
     }
 
@@ -98,8 +95,8 @@ impl Hub {
 
     /// [`Hub::notify_topics`] with URIs in the downstream form of `lineup`.
     pub(super) fn notify_topics_in(&self, lineup: &super::Lineup, index: usize) {
-        let reg = self.0.registry.lock().expect("registry");
-        for listener in reg.listeners.values() {
+        let all = self.0.registry.lock().expect("registry").all();
+        for listener in &all {
             let changes: Vec<Notice> = listener
                 .topics()
                 .iter()

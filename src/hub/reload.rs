@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::registry::Watchers;
 use super::{Hub, Notice, Topic, feed};
 use crate::auth::policy;
 use crate::mcp::Capability;
@@ -171,7 +172,7 @@ impl Hub {
                 continue;
             }
             let slot = moved.get(&slot).copied().unwrap_or(slot);
-            topics.entry((slot, topic)).or_insert_with(HashSet::new).extend(ids);
+            topics.entry((slot, topic)).or_insert_with(Watchers::default).extend(ids);
         }
         reg.topics = topics;
         for &(_, new) in &moves.replaced {

@@ -12,6 +12,7 @@ mod credentials;
 mod hostile;
 mod interop;
 mod large;
+mod lean;
 mod legacy;
 mod legacy_sdk;
 mod legacy_upstream;

@@ -1,0 +1,176 @@
+//! Writing one response on the lean path as hyper would write it: the status line, the
+//! response's headers, `content-length` for a whole body or `transfer-encoding: chunked` for a
+//! stream, `date`; each chunk written as it comes with a buffer of its own size, every write
+//! bounded by the slow-listener time. While a stream is open the socket is read, so that a
+//! client that goes away ends it at once (as hyper's connection does).
+
+use std::time::{Duration, SystemTime};
+
+use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
+use http_body_util::{BodyExt, Either};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::timeout;
+
+use super::super::respond::Resp;
+
+/// Bytes of a next request read (and kept for hyper) while a stream is open; beyond it the
+/// socket is not read until the stream ends, as hyper stops reading at its buffer bound.
+const MAX_PIPELINED: usize = 4096;
+
+/// How a response ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Ended {
+    /// Written whole; the connection may carry a next request.
+    KeepAlive,
+    /// Written whole, and the connection closes (the client or the response asked for it).
+    Close,
+    /// The client went away, or stopped reading for longer than the slow-listener time.
+    Gone,
+}
+
+/// Writes `resp` to `io`; `close` when the request asked for the connection to close.
+/// Bytes read meanwhile go to `rest`.
+pub(super) async fn response<T>(io: &mut T, resp: Resp, close: bool, slow: Duration, rest: &mut Vec<u8>) -> Ended
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    let (parts, body) = resp.into_parts();
+    let close = close || parts.headers.get(CONNECTION).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
+    let done = if close { Ended::Close } else { Ended::KeepAlive };
+    match body {
+        Either::Left(full) => {
+            let data = full.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+            let mut out = head(&parts, Some(data.len()), close);
+            out.extend_from_slice(&data);
+            if write(io, &out, slow).await { done } else { Ended::Gone }
+        }
+        Either::Right(mut stream) => {
+            // The response's header map is not kept for the stream's life.
+            let head = head(&parts, None, close);
+            drop(parts);
+            if !write(io, &head, slow).await {
+                return Ended::Gone;
+            }
+            drop(head);
+            loop {
+                tokio::select! {
+                    frame = stream.frame() => match frame {
+                        Some(Ok(frame)) => {
+                            let Ok(data) = frame.into_data() else { continue };
+                            if data.is_empty() {
+                                continue;
+                            }
+                            let mut out = Vec::with_capacity(data.len() + 12);
+                            out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+                            out.extend_from_slice(&data);
+                            out.extend_from_slice(b"\r\n");
+                            if !write(io, &out, slow).await {
+                                return Ended::Gone;
+                            }
+                        }
+                        // A relayed body failed upstream: abort, as hyper does.
+                        Some(Err(_)) => return Ended::Gone,
+                        None => break,
+                    },
+                    r = io.read_buf(rest), if rest.len() < MAX_PIPELINED => match r {
+                        Ok(0) | Err(_) => return Ended::Gone,
+                        Ok(_) => {}
+                    },
+                }
+            }
+            if write(io, b"0\r\n\r\n", slow).await { done } else { Ended::Gone }
+        }
+    }
+}
+
+/// Writes `bytes` whole within `slow`; false when the client went away or did not read.
+async fn write<T: AsyncWrite + Unpin>(io: &mut T, bytes: &[u8], slow: Duration) -> bool {
+    matches!(timeout(slow, io.write_all(bytes)).await, Ok(Ok(())))
+}
+
+/// The response head, with the framing headers hyper would add.
+fn head(parts: &http::response::Parts, length: Option<usize>, close: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(parts.status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(parts.status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in &parts.headers {
+        if name == CONTENT_LENGTH || name == TRANSFER_ENCODING {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    match length {
+        Some(n) => out.extend_from_slice(format!("content-length: {n}\r\n").as_bytes()),
+        None => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+    }
+    if close && !parts.headers.contains_key(CONNECTION) {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    if !parts.headers.contains_key(DATE) {
+        out.extend_from_slice(format!("date: {}\r\n", httpdate::fmt_http_date(SystemTime::now())).as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::downstream::body::{channel, full};
+    use bytes::Bytes;
+    use http::{Response, StatusCode};
+
+    async fn written(resp: Resp, close: bool) -> (Ended, String) {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        let mut rest = Vec::new();
+        let ended = response(&mut a, resp, close, Duration::from_secs(5), &mut rest).await;
+        drop(a);
+        let mut out = String::new();
+        b.read_to_string(&mut out).await.unwrap();
+        (ended, out)
+    }
+
+    #[tokio::test]
+    async fn a_whole_body_has_its_length_and_a_date() {
+        let mut resp = Response::new(full(Bytes::from_static(b"{\"ok\":1}")));
+        *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        resp.headers_mut().insert("retry-after", "1".parse().unwrap());
+        let (ended, out) = written(resp, false).await;
+        assert_eq!(ended, Ended::KeepAlive);
+        let (head, body) = out.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 429 Too Many Requests\r\n"), "{head}");
+        assert!(head.contains("\r\nretry-after: 1\r\ncontent-length: 8\r\ndate: "), "{head}");
+        assert_eq!(body, "{\"ok\":1}");
+    }
+
+    #[tokio::test]
+    async fn a_stream_is_chunked_and_ends_with_the_last_chunk() {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tx.send(Bytes::from_static(b"data: a\n\n")).await.unwrap();
+        tx.send(Bytes::from_static(b":\n\n")).await.unwrap();
+        drop(tx);
+        let resp = Response::new(channel(rx));
+        let (ended, out) = written(resp, true).await;
+        assert_eq!(ended, Ended::Close);
+        let (head, body) = out.split_once("\r\n\r\n").unwrap();
+        assert!(head.contains("\r\ntransfer-encoding: chunked\r\nconnection: close\r\n"), "{head}");
+        assert_eq!(body, "9\r\ndata: a\n\n\r\n3\r\n:\n\n\r\n0\r\n\r\n");
+    }
+
+    #[tokio::test]
+    async fn a_client_that_goes_away_ends_the_stream() {
+        let (mut a, b) = tokio::io::duplex(1 << 16);
+        let (_tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+        drop(b);
+        let resp = Response::new(channel(rx));
+        let mut rest = Vec::new();
+        let ended = response(&mut a, resp, false, Duration::from_secs(5), &mut rest).await;
+        assert_eq!(ended, Ended::Gone);
+    }
+}
