@@ -39,6 +39,7 @@ pub mod requests;
 pub mod run;
 pub mod scenario;
 pub mod servers;
+pub mod sweep;
 pub mod target;
 pub mod wire;
 pub mod zipf;

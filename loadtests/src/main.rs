@@ -90,10 +90,29 @@ enum Command {
         #[arg(long)]
         resource_bytes: Option<usize>,
     },
+    /// Plot a sweep over several runs.
+    Plot {
+        #[command(subcommand)]
+        what: PlotWhat,
+    },
     /// Parse scenario files and report every problem.
     Check {
         #[arg(required = true)]
         scenarios: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum PlotWhat {
+    /// p50/p99 against offered rate, per side, from `loadtests/external/run oha` JSON.
+    Rates { json: PathBuf, svg: PathBuf },
+    /// Proxy RSS per idle listener and delivery p99 against listeners, from fanout results
+    /// given as `LABEL=FILE.json` (one line per label): writes `PREFIX-rss.svg` and
+    /// `PREFIX-delivery.svg`.
+    Listeners {
+        prefix: PathBuf,
+        #[arg(required = true)]
+        runs: Vec<String>,
     },
 }
 
@@ -153,6 +172,17 @@ async fn main() -> Result<()> {
             s.resources = resources.unwrap_or(s.resources);
             s.resource_bytes = resource_bytes.unwrap_or(s.resource_bytes);
             resmux_load::external::serve(&s, &Placement::processes(resmux)?).await?;
+        }
+        Command::Plot { what: PlotWhat::Rates { json, svg } } => {
+            println!("{}", resmux_load::sweep::rates(&json, &svg)?);
+            eprintln!("resmux-load: wrote {}", svg.display());
+        }
+        Command::Plot { what: PlotWhat::Listeners { prefix, runs } } => {
+            let (md, written) = resmux_load::sweep::listeners(&prefix, &runs)?;
+            println!("{md}");
+            for p in written {
+                eprintln!("resmux-load: wrote {}", p.display());
+            }
         }
         Command::Check { scenarios } => {
             for s in load_all(&scenarios)? {

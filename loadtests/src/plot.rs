@@ -138,41 +138,106 @@ pub fn throughput(r: &ScenarioReport, path: &Path) -> Result<bool> {
     if series.is_empty() {
         return Ok(false);
     }
-    let points = series.iter().flat_map(|s| s.points.iter());
-    let (xmax, ymax) = points.fold((0f64, 0f64), |(x, y), p| (x.max(p.0), y.max(p.1)));
-    let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(format!("{}: throughput over time", r.name), ("sans-serif", 22))
-        .margin(16)
-        .x_label_area_size(44)
-        .y_label_area_size(80)
-        .build_cartesian_2d(0f64..(xmax * 1.02).max(0.1), 0f64..(ymax * 1.4).max(1.0))
-        .map_err(|e| anyhow!("{e}"))?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds since measurement began")
-        .y_desc("per second")
-        .y_label_formatter(&|y| format!("{y:.0}"))
-        .draw()
-        .map_err(|e| anyhow!("{e}"))?;
-    for s in series {
-        let c = s.color;
-        chart
-            .draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))
-            .map_err(|e| anyhow!("{e}"))?
-            .label(s.label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| anyhow!("{e}"))?;
-    root.present().map_err(|e| anyhow!("{e}"))?;
+    let chart = Chart {
+        caption: format!("{}: throughput over time", r.name),
+        x_desc: "seconds since measurement began",
+        y_desc: "per second",
+        log_y: false,
+        legend: SeriesLabelPosition::UpperRight,
+    };
+    chart.draw(series, path)?;
     Ok(true)
+}
+
+/// A line chart: linear x from 0, y linear from 0 or logarithmic.
+struct Chart {
+    caption: String,
+    x_desc: &'static str,
+    y_desc: &'static str,
+    log_y: bool,
+    legend: SeriesLabelPosition,
+}
+
+impl Chart {
+    fn draw(self, series: Vec<Series>, path: &Path) -> Result<()> {
+        let points = series.iter().flat_map(|s| s.points.iter());
+        let (xmax, ymin, ymax) =
+            points.fold((0f64, f64::MAX, 0f64), |(x, lo, hi), p| (x.max(p.0), lo.min(p.1), hi.max(p.1)));
+        let x = 0f64..(xmax * 1.02).max(0.1);
+        let root = SVGBackend::new(path, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+        let mut builder = ChartBuilder::on(&root);
+        builder.caption(&self.caption, ("sans-serif", 22)).margin(16).x_label_area_size(44).y_label_area_size(80);
+        // The two y axes are different types to plotters; the drawing is the same.
+        macro_rules! finish {
+            ($chart:expr) => {{
+                let mut chart = $chart.map_err(|e| anyhow!("{e}"))?;
+                chart
+                    .configure_mesh()
+                    .x_desc(self.x_desc)
+                    .y_desc(self.y_desc)
+                    .x_label_formatter(&|x| format!("{x:.0}"))
+                    .y_label_formatter(&|y| format!("{y}"))
+                    .draw()
+                    .map_err(|e| anyhow!("{e}"))?;
+                for s in series {
+                    let c = s.color;
+                    chart
+                        .draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))
+                        .map_err(|e| anyhow!("{e}"))?
+                        .label(s.label)
+                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+                }
+                chart
+                    .configure_series_labels()
+                    .position(self.legend)
+                    .background_style(WHITE.mix(0.85))
+                    .border_style(BLACK)
+                    .draw()
+                    .map_err(|e| anyhow!("{e}"))?;
+            }};
+        }
+        if self.log_y {
+            let lo = (ymin.max(0.001) * 0.8).max(0.001);
+            finish!(builder.build_cartesian_2d(x, (lo..(ymax * 1.5).max(lo * 10.0)).log_scale()));
+        } else {
+            finish!(builder.build_cartesian_2d(x, 0f64..(ymax * 1.4).max(1.0)));
+        }
+        root.present().map_err(|e| anyhow!("{e}"))?;
+        Ok(())
+    }
+}
+
+/// One measured line of a sweep: its label and its (x, y) points.
+pub struct SweepLine {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Draws a sweep (latency against offered rate, RSS against listeners, …), one line each.
+pub fn sweep(
+    caption: &str,
+    x_desc: &'static str,
+    y_desc: &'static str,
+    log_y: bool,
+    lines: Vec<SweepLine>,
+    path: &Path,
+) -> Result<()> {
+    const COLORS: [RGBColor; 6] = [
+        RGBColor(31, 119, 180),
+        RGBColor(127, 127, 127),
+        RGBColor(214, 39, 40),
+        RGBColor(44, 160, 44),
+        RGBColor(255, 127, 14),
+        RGBColor(148, 103, 189),
+    ];
+    let series = lines
+        .into_iter()
+        .enumerate()
+        .map(|(i, l)| Series { label: l.label, color: COLORS[i % COLORS.len()], points: l.points })
+        .collect();
+    let chart = Chart { caption: caption.to_owned(), x_desc, y_desc, log_y, legend: SeriesLabelPosition::UpperLeft };
+    chart.draw(series, path)
 }
 
 #[cfg(test)]
