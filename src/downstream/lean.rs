@@ -75,7 +75,7 @@ where
         First::Serve { resp, close, rest, in_flight } => (resp, close, rest, in_flight),
     };
     let slow = lean.endpoint.slow_write();
-    let ended = write::response(&mut io, resp, close, slow, &mut rest).await;
+    let ended = write::response(&mut io, *resp, close, slow, &mut rest).await;
     drop(in_flight);
     if ended != Ended::KeepAlive || lean.cancel.is_cancelled() {
         let _ = tokio::time::timeout(slow, io.shutdown()).await;
@@ -93,7 +93,7 @@ enum First {
     Done,
     /// A listen, answered: `resp` is to be written (`close`: the client asked to close after
     /// it), `rest` is what was read past it, and the request stays in flight until written.
-    Serve { resp: super::respond::Resp, close: bool, rest: Vec<u8>, in_flight: InFlight },
+    Serve { resp: Box<super::respond::Resp>, close: bool, rest: Vec<u8>, in_flight: InFlight },
 }
 
 /// Reads the first request; answers it when it is a listen.
@@ -143,7 +143,7 @@ async fn first_request<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, lean: &Lea
     drop(buf);
     let request = head.request.map(|()| Full::new(body));
     let resp = lean.endpoint.serve_from(request, Some(lean.peer.ip())).await;
-    First::Serve { resp, close: head.close, rest, in_flight }
+    First::Serve { resp: Box::new(resp), close: head.close, rest, in_flight }
 }
 
 /// The outcome of one read.

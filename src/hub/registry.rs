@@ -13,6 +13,9 @@ use std::sync::Arc;
 use super::listener::{Listener, Topic};
 use crate::auth::Principal;
 
+/// A listener that left, and the topics it was the last listener of.
+pub type Left = (Arc<Listener>, Vec<(usize, Topic)>);
+
 /// The hub's bookkeeping of listeners.
 #[derive(Default)]
 pub struct Registry {
@@ -114,7 +117,7 @@ impl Registry {
     }
 
     /// Unregisters listener `id`; returns it and the topics it was the last listener of.
-    pub fn leave(&mut self, id: u64) -> Option<(Arc<Listener>, Vec<(usize, Topic)>)> {
+    pub fn leave(&mut self, id: u64) -> Option<Left> {
         let listener = self.listeners.remove(&id)?;
         let mut removed = Vec::new();
         for key in listener.topics() {

@@ -16,6 +16,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 use crate::support::*;
 use resmux::config::UpstreamConfig;
@@ -31,12 +32,21 @@ enum Flood {
 
 const CHUNK: usize = 64 << 10;
 
-fn flood_body(flood: Flood) -> StreamBody<impl futures_util::Stream<Item = Result<Frame<Bytes>, Infallible>>> {
+/// The flood; with a `gate`, its first byte waits for one of the gate's permits.
+fn flood_body(
+    flood: Flood,
+    gate: Option<Arc<Semaphore>>,
+) -> StreamBody<impl futures_util::Stream<Item = Result<Frame<Bytes>, Infallible>>> {
     let (total, first, chunk): (usize, &'static [u8], Bytes) = match flood {
         Flood::OneEvent(n) => (n, b"data: ", Bytes::from(vec![b'x'; CHUNK])),
         Flood::Comments(n) => (n, b"", Bytes::from(": keep-alive\n\n".repeat(CHUNK / 14))),
     };
-    let head = stream::once(async move { Ok(Frame::data(Bytes::from_static(first))) });
+    let head = stream::once(async move {
+        if let Some(gate) = gate {
+            drop(gate.acquire().await);
+        }
+        Ok(Frame::data(Bytes::from_static(first)))
+    });
     let rest = stream::unfold(0usize, move |sent| {
         let chunk = chunk.clone();
         async move { (sent < total).then(|| (Ok(Frame::data(chunk.clone())), sent + chunk.len())) }
@@ -46,8 +56,8 @@ fn flood_body(flood: Flood) -> StreamBody<impl futures_util::Stream<Item = Resul
 
 /// An MCP upstream that answers discovery and lists normally and floods every `tools/call`;
 /// as a legacy (2025-11-25) server, it floods its standalone GET stream instead, counting the
-/// GET streams it was asked for in `gets`.
-async fn hostile_upstream(flood: Flood, legacy: Option<Arc<AtomicUsize>>) -> SocketAddr {
+/// GET streams it was asked for in `gets`, each flood waiting for a permit of `gate`.
+async fn hostile_upstream(flood: Flood, legacy: Option<(Arc<AtomicUsize>, Arc<Semaphore>)>) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -57,13 +67,13 @@ async fn hostile_upstream(flood: Flood, legacy: Option<Arc<AtomicUsize>>) -> Soc
                 let service = service_fn(move |req: Request<hyper::body::Incoming>| {
                     let legacy = legacy.clone();
                     async move {
-                        if let Some(gets) = &legacy
+                        if let Some((gets, gate)) = &legacy
                             && req.method() == http::Method::GET
                         {
                             gets.fetch_add(1, Ordering::SeqCst);
                             let resp = Response::builder()
                                 .header("content-type", "text/event-stream")
-                                .body(http_body_util::Either::Right(flood_body(flood)))
+                                .body(http_body_util::Either::Right(flood_body(flood, Some(gate.clone()))))
                                 .unwrap();
                             return Ok::<_, Infallible>(resp);
                         }
@@ -111,7 +121,7 @@ async fn hostile_upstream(flood: Flood, legacy: Option<Arc<AtomicUsize>>) -> Soc
                             })),
                             (Some("tools/call"), _) => Response::builder()
                                 .header("content-type", "text/event-stream")
-                                .body(http_body_util::Either::Right(flood_body(flood)))
+                                .body(http_body_util::Either::Right(flood_body(flood, None)))
                                 .unwrap(),
                             _ => Response::builder()
                                 .status(StatusCode::ACCEPTED)
@@ -175,19 +185,25 @@ async fn an_sse_flood_of_comments_without_an_event_is_cut_off_at_the_message_bou
 
 #[tokio::test]
 async fn a_64_mib_event_on_a_legacy_get_stream_is_dropped_and_the_stream_reopened() {
-    let gets = Arc::new(AtomicUsize::new(0));
-    let addr = hostile_upstream(Flood::OneEvent(64 << 20), Some(gets.clone())).await;
+    let (gets, gate) = (Arc::new(AtomicUsize::new(0)), Arc::new(Semaphore::new(0)));
+    let addr = hostile_upstream(Flood::OneEvent(64 << 20), Some((gets.clone(), gate.clone()))).await;
     let mut up = UpstreamConfig::http("hostile", &format!("http://{addr}/mcp"));
     up.max_message_bytes = 1 << 20;
-    let before = peak_rss_bytes();
     let p = Proxy::start(config(vec![up])).await;
+    let opened = |count: usize| {
+        let gets = gets.clone();
+        move || {
+            let n = gets.load(Ordering::SeqCst);
+            async move { (n >= count).then_some(()) }
+        }
+    };
+    // The proxy is up and its GET stream open: from here, only the flood adds to the peak.
+    eventually("the GET stream", opened(1)).await;
+    let before = peak_rss_bytes();
+    gate.add_permits(1);
     // The proxy gives up the first stream at its bound and opens another.
-    eventually("a second GET stream", || {
-        let n = gets.load(Ordering::SeqCst);
-        async move { (n >= 2).then_some(()) }
-    })
-    .await;
+    eventually("a second GET stream", opened(2)).await;
     let grown = peak_rss_bytes().saturating_sub(before);
-    assert!(grown < 16 << 20, "peak RSS grew by {} MiB", grown >> 20);
+    assert!(grown < 8 << 20, "peak RSS grew by {} MiB while a 64 MiB event arrived", grown >> 20);
     assert!(p.client.request("server/discover", json!({})).await.status.is_success());
 }

@@ -32,9 +32,11 @@ fn listen_body(id: Value, notifications: Value) -> String {
 }
 
 /// A listen request's bytes, with `extra` header lines (`name: value\r\n`) and `body`.
+/// A listen request with `extra` header lines; `extra` may give its own `content-type`.
 fn listen_request(p: &Proxy, extra: &str, body: &str) -> Vec<u8> {
+    let content_type = if extra.contains("content-type:") { "" } else { "content-type: application/json\r\n" };
     format!(
-        "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
+        "POST /mcp HTTP/1.1\r\nhost: {}\r\n{content_type}\
          accept: application/json, text/event-stream\r\nmcp-protocol-version: 2026-07-28\r\n\
          mcp-method: subscriptions/listen\r\n{extra}content-length: {}\r\n\r\n{body}",
         p.app.local_addr(),

@@ -17,7 +17,7 @@ pub(super) enum Parsed {
     /// whose `Mcp-Method` (which every modern request mirrors from its body, reference §2.1)
     /// is `method`, with a `Content-Length` of at most the lean body bound and no
     /// `Transfer-Encoding`, `Expect` or `Upgrade`.
-    Lean(Head),
+    Lean(Box<Head>),
     /// Not complete yet.
     Partial,
     /// Anything else (another method, path or version, a chunked or large body, a malformed
@@ -89,7 +89,7 @@ pub(super) fn parse(buf: &[u8], path: &str, method: &str, max_body: usize) -> Pa
         Err(_) => return Parsed::Other,
     }
     *request.headers_mut() = map;
-    Parsed::Lean(Head { request, head_len, body_len, close })
+    Parsed::Lean(Box::new(Head { request, head_len, body_len, close }))
 }
 
 #[cfg(test)]
