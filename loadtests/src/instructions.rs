@@ -67,6 +67,9 @@ pub struct Options {
     pub large: u64,
     /// Bytes of each resource's text.
     pub resource_bytes: usize,
+    /// Where to keep each run's callgrind output (`callgrind.out.READS`, for
+    /// `callgrind_annotate`); `None`: deleted after counting.
+    pub keep: Option<PathBuf>,
 }
 
 /// One measurement.
@@ -134,7 +137,13 @@ async fn run_once(opts: &Options, reads: u64) -> Result<u64> {
         if !status.success() {
             bail!("the proxy under callgrind exited with {status}");
         }
-        total_instructions(&out)
+        let total = total_instructions(&out)?;
+        if let Some(keep) = &opts.keep {
+            std::fs::create_dir_all(keep).with_context(|| format!("creating {}", keep.display()))?;
+            let kept = keep.join(format!("callgrind.out.{reads}"));
+            std::fs::copy(&out, &kept).with_context(|| format!("keeping {}", kept.display()))?;
+        }
+        Ok(total)
     }
     .await;
     upstream.stop();

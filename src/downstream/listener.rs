@@ -18,8 +18,8 @@
 //!   keep-alive connection as soon as the previous response is written — so on its own it
 //!   would make the idle time between requests equal to the header timeout. The watch tells
 //!   the two apart: the head deadline runs from the head's first byte, the idle deadline from
-//!   the end of the last response. hyper's timer stays on as a backstop at
-//!   `idle_timeout + header_timeout`, which the watch always reaches first. With HTTP/2 the
+//!   the end of the last response. hyper gets no timer: its header timeout would only ever
+//!   fire after the watch's, and arming it costs a timer entry per request. With HTTP/2 the
 //!   watch counts streams in flight, and any frame read while idle counts as a head begun.
 //! - `max_connections_per_ip`: counted at accept; see [`refuse`].
 
@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -120,13 +120,12 @@ pub async fn serve(
     let refusal = refusal();
     // hyper rejects a buffer under 8192 bytes; config validation enforces that minimum.
     let buf = limits.max_header_bytes.max(8192);
-    let backstop = limits.idle_timeout + limits.header_timeout;
+    // No hyper timer (so no `header_read_timeout`): the watch times heads and idle connections.
     let mut http1 = hyper::server::conn::http1::Builder::new();
-    http1.timer(TokioTimer::new()).header_read_timeout(backstop).max_header_size(limits.max_header_bytes);
-    http1.max_buf_size(buf);
+    http1.max_header_size(limits.max_header_bytes).max_buf_size(buf);
     let mut auto = auto::Builder::new(TokioExecutor::new());
     // The dual-protocol builder has no `max_header_size`; its read-buffer cap bounds the head.
-    auto.http1().timer(TokioTimer::new()).header_read_timeout(backstop).max_buf_size(buf);
+    auto.http1().max_buf_size(buf);
     auto.http2().max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
     loop {
         let permit = tokio::select! {
@@ -257,7 +256,6 @@ where
                 let e = e.into();
                 match e.downcast_ref::<hyper::Error>() {
                     Some(h) if h.is_parse_too_large() => metrics.rejection(Rejection::HeaderTooLarge),
-                    Some(h) if h.is_timeout() => metrics.rejection(Rejection::HeaderTimeout),
                     _ => {}
                 }
                 tracing::debug!(%peer, error = %e, "downstream connection ended with error");

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
-use http::{HeaderValue, Response, StatusCode};
+use http::{HeaderName, HeaderValue, Response, StatusCode};
 
 use super::body::{Body, full, pieces, relayed};
 use super::validate::Rejected;
@@ -11,8 +11,9 @@ use crate::error::Error;
 use crate::jsonrpc::{RequestId, Spliced, encode_error, encode_result_pieces};
 use crate::router::{Answer, Payload};
 
-/// Response header naming how the cache took part.
-pub const H_CACHE: &str = "resmux-cache";
+/// Response header naming how the cache took part (a `HeaderName` constant: a `&str` name
+/// would be parsed again on every answer).
+pub const H_CACHE: HeaderName = HeaderName::from_static("resmux-cache");
 
 pub type Resp = Response<Body>;
 

@@ -9,11 +9,20 @@
 //! [`Watch::begin`] (the service: a request arrived) and [`Tracked`] (the response body: the
 //! request ends when it is dropped). [`Watch::expired`] resolves when a deadline passes; the
 //! connection's task then drops the connection, which closes the socket.
+//!
+//! The waiter is woken only when a hook sets a deadline *earlier* than the one it sleeps
+//! towards (`target`): a head begun while it would wake after that head's deadline, a request
+//! ending while it would wake after the new idle deadline (or sleeps with none, a request
+//! having been in flight when it last looked). A request beginning only removes the deadline;
+//! the waiter finds that out when it wakes. With `header_timeout` below `idle_timeout` (the
+//! default), a busy keep-alive connection's waiter so wakes about once per `header_timeout`,
+//! finds the deadline moved and sleeps again, instead of being woken (and the connection's
+//! task polled) twice by every request.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -42,9 +51,15 @@ pub struct Watch {
     head_at: AtomicU64,
     /// Milliseconds after `origin` since which nothing has been in flight.
     idle_at: AtomicU64,
+    /// Milliseconds after `origin` of the deadline [`Watch::expired`] sleeps towards;
+    /// [`NO_TARGET`] while it waits with none (a request in flight).
+    target: AtomicU64,
     /// Wakes [`Watch::expired`] to recompute its deadline.
     changed: Notify,
 }
+
+/// `target` while the waiter has no deadline.
+const NO_TARGET: u64 = u64::MAX;
 
 impl Watch {
     pub fn new(header_timeout: Duration, idle_timeout: Duration) -> Arc<Self> {
@@ -55,6 +70,7 @@ impl Watch {
             in_flight: AtomicUsize::new(0),
             head_at: AtomicU64::new(0),
             idle_at: AtomicU64::new(0),
+            target: AtomicU64::new(NO_TARGET),
             changed: Notify::new(),
         })
     }
@@ -65,38 +81,61 @@ impl Watch {
 
     /// Bytes were read from the socket.
     fn read(&self) {
-        if self.in_flight.load(Relaxed) == 0 && self.head_at.load(Relaxed) == 0 {
-            self.head_at.store(self.now_ms() + 1, Relaxed);
-            self.changed.notify_one();
+        if self.in_flight.load(SeqCst) == 0 && self.head_at.load(SeqCst) == 0 {
+            let now = self.now_ms();
+            self.head_at.store(now + 1, SeqCst);
+            // The waiter wakes before this head's deadline anyway unless it sleeps past it.
+            if now + (self.header_timeout.as_millis() as u64) < self.target.load(SeqCst) {
+                self.changed.notify_one();
+            }
         }
     }
 
     /// A request reached the service; it is in flight until the returned guard is dropped
-    /// (move it into the response body with [`Tracked`]).
+    /// (move it into the response body with [`Tracked`]). No wake-up: the waiter finds the
+    /// deadline gone when it wakes.
     pub fn begin(self: &Arc<Self>) -> InFlight {
-        self.in_flight.fetch_add(1, Relaxed);
-        self.head_at.store(0, Relaxed);
-        self.changed.notify_one();
+        self.in_flight.fetch_add(1, SeqCst);
+        self.head_at.store(0, SeqCst);
         InFlight(self.clone())
+    }
+
+    /// The next deadline in milliseconds after `origin`, or `None` while a request is in flight.
+    fn deadline_ms(&self) -> Option<(u64, Expired)> {
+        if self.in_flight.load(SeqCst) > 0 {
+            return None;
+        }
+        Some(match self.head_at.load(SeqCst) {
+            0 => (self.idle_at.load(SeqCst) + self.idle_timeout.as_millis() as u64, Expired::Idle),
+            at => (at - 1 + self.header_timeout.as_millis() as u64, Expired::Header),
+        })
     }
 
     /// The next deadline, or `None` while a request is in flight.
     fn deadline(&self) -> Option<(Instant, Expired)> {
-        if self.in_flight.load(Relaxed) > 0 {
-            return None;
+        self.deadline_ms().map(|(ms, why)| (self.origin + Duration::from_millis(ms), why))
+    }
+
+    /// Publishes the deadline the waiter is about to sleep towards and returns it. The state
+    /// is read again after publishing: a hook that read the previous `target` (and so did not
+    /// wake the waiter) changed the state before that second read, which then sees it.
+    fn publish(&self) -> Option<(Instant, Expired)> {
+        let mut due = self.deadline_ms();
+        loop {
+            self.target.store(due.map_or(NO_TARGET, |(ms, _)| ms), SeqCst);
+            let again = self.deadline_ms();
+            if again == due {
+                return due.map(|(ms, why)| (self.origin + Duration::from_millis(ms), why));
+            }
+            due = again;
         }
-        let ms = Duration::from_millis;
-        Some(match self.head_at.load(Relaxed) {
-            0 => (self.origin + ms(self.idle_at.load(Relaxed)) + self.idle_timeout, Expired::Idle),
-            at => (self.origin + ms(at - 1) + self.header_timeout, Expired::Header),
-        })
     }
 
     /// Resolves once a deadline has passed.
     pub async fn expired(&self) -> Expired {
         loop {
             let changed = self.changed.notified();
-            match self.deadline() {
+            match self.publish() {
                 None => changed.await,
                 Some((at, _)) => tokio::select! {
                     _ = changed => {}
@@ -119,10 +158,13 @@ pub struct InFlight(Arc<Watch>);
 impl Drop for InFlight {
     fn drop(&mut self) {
         let w = &self.0;
-        if w.in_flight.fetch_sub(1, Relaxed) == 1 {
-            w.idle_at.store(w.now_ms(), Relaxed);
+        if w.in_flight.fetch_sub(1, SeqCst) == 1 {
+            let now = w.now_ms();
+            w.idle_at.store(now, SeqCst);
+            if now + (w.idle_timeout.as_millis() as u64) < w.target.load(SeqCst) {
+                w.changed.notify_one();
+            }
         }
-        w.changed.notify_one();
     }
 }
 
