@@ -45,20 +45,6 @@ fn listen_request(p: &Proxy, extra: &str, body: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// One response read off a raw connection: status, headers (lower-case names), and the body
-/// when it has a length (a stream's head only: its first bytes stay in `rest`).
-struct Raw {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Raw {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
-    }
-}
-
 /// Reads one response head (and its body, when it has a `content-length`) from `s`; bytes
 /// read past it are kept in `rest`.
 async fn read_response(s: &mut TcpStream, rest: &mut Vec<u8>) -> Raw {
@@ -73,16 +59,8 @@ async fn read_response(s: &mut TcpStream, rest: &mut Vec<u8>) -> Raw {
             rest.extend_from_slice(&chunk[..n]);
         };
         let head = String::from_utf8(rest.drain(..end).collect()).expect("ASCII head");
-        let mut lines = head.split("\r\n");
-        let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-        let headers: Vec<(String, String)> = lines
-            .filter(|l| !l.is_empty())
-            .map(|l| {
-                let (n, v) = l.split_once(':').unwrap();
-                (n.to_ascii_lowercase(), v.trim().to_owned())
-            })
-            .collect();
-        let len = headers.iter().find(|(n, _)| n == "content-length").map(|(_, v)| v.parse::<usize>().unwrap());
+        let mut raw = Raw::from_head(head.trim_end());
+        let len = raw.content_length();
         let mut body = Vec::new();
         if let Some(len) = len {
             while rest.len() < len {
@@ -93,7 +71,8 @@ async fn read_response(s: &mut TcpStream, rest: &mut Vec<u8>) -> Raw {
             }
             body = rest.drain(..len).collect();
         }
-        Raw { status, headers, body }
+        raw.body = body;
+        raw
     };
     tokio::time::timeout(DEADLINE, read).await.expect("a response in time")
 }

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -30,24 +30,6 @@ async fn proxy_with(tweak: impl FnOnce(&mut Config)) -> (Proxy, SampleHttp) {
 struct Conn {
     s: TcpStream,
     buf: Vec<u8>,
-}
-
-/// A response read off a raw connection.
-#[derive(Debug)]
-struct Raw {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Raw {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
-    }
 }
 
 /// A complete `server/discover` request.
@@ -86,23 +68,16 @@ impl Conn {
                 return None;
             }
         };
-        let head = String::from_utf8(self.buf[..head_end].to_vec()).unwrap();
-        let mut lines = head.split("\r\n");
-        let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-        let headers: Vec<(String, String)> = lines
-            .map(|l| l.split_once(':').unwrap())
-            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-            .collect();
-        let len: usize =
-            headers.iter().find(|(k, _)| k == "content-length").map(|(_, v)| v.parse().unwrap()).unwrap_or(0);
+        let mut raw = Raw::from_head(std::str::from_utf8(&self.buf[..head_end]).unwrap());
+        let len = raw.content_length().unwrap_or(0);
         self.buf.drain(..head_end + 4);
         while self.buf.len() < len {
             if !self.fill().await {
                 return None;
             }
         }
-        let body = self.buf.drain(..len).collect();
-        Some(Raw { status, headers, body })
+        raw.body = self.buf.drain(..len).collect();
+        Some(raw)
     }
 
     /// Reads more; false at EOF or on a reset.

@@ -438,3 +438,40 @@ impl ServeProcess {
         Self { child, addr, _dir: dir }
     }
 }
+
+/// A response read off a raw connection: status, headers (lower-case names), and the body
+/// where the reader took one.
+#[derive(Debug)]
+pub struct Raw {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Raw {
+    /// A response head (status line and header lines, without the blank line), no body yet.
+    pub fn from_head(head: &str) -> Self {
+        let mut lines = head.split("\r\n");
+        let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+        let headers = lines
+            .filter(|l| !l.is_empty())
+            .map(|l| l.split_once(':').unwrap())
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        Self { status, headers, body: Vec::new() }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// The body as JSON; panics with the body when it is not.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    /// The `content-length`, if the head has one.
+    pub fn content_length(&self) -> Option<usize> {
+        self.header("content-length").map(|v| v.parse().unwrap())
+    }
+}
