@@ -159,7 +159,7 @@ fn id() -> impl Strategy<Value = RequestId> {
         any::<u64>().prop_map(RequestId::number),
         "\\PC{0,10}".prop_map(|s| {
             let raw = serde_json::value::to_raw_value(&s).unwrap();
-            RequestId::from_raw(&raw).unwrap()
+            RequestId::from_raw(&*raw).unwrap()
         }),
     ]
 }

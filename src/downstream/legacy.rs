@@ -12,7 +12,6 @@ pub mod table;
 pub mod token;
 
 use bytes::Bytes;
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 pub use session::DownstreamSession;
@@ -22,7 +21,7 @@ pub use token::SessionKey;
 use crate::auth::Principal;
 use crate::error::{DownstreamError, Error};
 use crate::hub::Hub;
-use crate::jsonrpc::{RawObject, RpcError, code};
+use crate::jsonrpc::{RawJson, RawObject, RpcError, code};
 use crate::mcp::{self, legacy_method as lm, method as m};
 use crate::router::{Answer, Call, Router};
 
@@ -47,12 +46,13 @@ impl Legacy {
     /// the proxy really serves, taken from its own `server/discover`.
     pub async fn initialize(
         &self,
-        params: Option<&RawValue>,
+        params: Option<RawJson<'_>>,
         principal: &Principal,
     ) -> Result<(&'static str, Bytes), Error> {
         let params = parse_params(params)?;
         let version = negotiate(params.get_str("protocolVersion").as_deref());
-        let call = Call::new(m::DISCOVER, RawObject::default(), RawObject::default(), principal);
+        let none = RawObject::default();
+        let call = Call::new(m::DISCOVER, &none, &none, principal);
         let discovered = self.router.handle(&call).await?;
         let body = discovered.outcome.map_err(|e| Error::Internal(format!("server/discover failed: {e}")))?;
         let body = body.into_bytes().await?;
@@ -77,7 +77,7 @@ impl Legacy {
         &self,
         session: &DownstreamSession,
         method: &str,
-        params: Option<&RawValue>,
+        params: Option<RawJson<'_>>,
         principal: &Principal,
     ) -> Result<Answer, Error> {
         let params = parse_params(params)?;
@@ -107,7 +107,7 @@ impl Legacy {
                 // A legacy `_meta` (e.g. a progress token) is kept for the router to adjust;
                 // the router adds the upstream's version and empty client capabilities.
                 let meta = params.get_borrowed("_meta").and_then(|m| RawObject::parse(m).ok()).unwrap_or_default();
-                let call = Call::new(method, params, meta, principal);
+                let call = Call::new(method, &params, &meta, principal);
                 Ok(legacy_answer(method, self.router.handle(&call).await?))
             }
             other => Err(DownstreamError::MethodNotFound(other.to_owned()).into()),
@@ -147,7 +147,7 @@ fn empty_result() -> Answer {
     Answer::result(Bytes::from_static(b"{}"))
 }
 
-fn parse_params(params: Option<&RawValue>) -> Result<RawObject<'_>, Error> {
+fn parse_params(params: Option<RawJson<'_>>) -> Result<RawObject<'_>, Error> {
     match params {
         Some(p) => RawObject::parse(p).map_err(|e| DownstreamError::InvalidParams(e.to_string()).into()),
         None => Ok(RawObject::default()),

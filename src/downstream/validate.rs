@@ -12,8 +12,8 @@ use crate::mcp::{self, header_value};
 pub struct Checked<'a> {
     pub id: RequestId,
     pub method: &'a str,
-    pub params: RawObject<'a>,
-    pub meta: RawObject<'a>,
+    pub params: &'a RawObject<'a>,
+    pub meta: &'a RawObject<'a>,
 }
 
 /// What a valid body holds.
@@ -57,12 +57,18 @@ fn check_with<'a>(headers: Option<&HeaderMap>, msg: &'a Incoming<'a>) -> Result<
     };
     let method = msg.method();
     let missing = |what: &str| reject(Some(id), DownstreamError::MissingMeta(format!("missing required `{what}`")));
-    let params_raw = msg.params.ok_or_else(|| missing("params._meta"))?;
-    let params =
-        RawObject::parse(params_raw).map_err(|e| reject(Some(id), DownstreamError::InvalidParams(e.to_string())))?;
-    let meta_raw = params.get_borrowed("_meta").ok_or_else(|| missing("params._meta"))?;
-    let meta = RawObject::parse(meta_raw)
-        .map_err(|_| reject(Some(id), DownstreamError::MissingMeta("`_meta` must be an object".into())))?;
+    // The codec read params and `_meta` as objects in the envelope's pass.
+    let params = msg
+        .params_object()
+        .ok_or_else(|| missing("params._meta"))?
+        .map_err(|e| reject(Some(id), DownstreamError::InvalidParams(e.to_string())))?;
+    if !params.contains("_meta") {
+        return Err(missing("params._meta"));
+    }
+    let meta = match msg.meta_object() {
+        Some(Ok(meta)) => meta,
+        _ => return Err(reject(Some(id), DownstreamError::MissingMeta("`_meta` must be an object".into()))),
+    };
     let version = meta.get_str(mcp::META_PROTOCOL_VERSION).ok_or_else(|| missing(mcp::META_PROTOCOL_VERSION))?;
     match meta.get(mcp::META_CLIENT_CAPABILITIES) {
         Some(caps) if caps.get().starts_with('{') => {}
@@ -76,7 +82,7 @@ fn check_with<'a>(headers: Option<&HeaderMap>, msg: &'a Incoming<'a>) -> Result<
     }
 
     if let Some(headers) = headers {
-        check_headers(headers, id, method, &version, &params)?;
+        check_headers(headers, id, method, &version, params)?;
     }
     if !mcp::SUPPORTED_MODERN.contains(&&*version) {
         return Err(reject(
@@ -133,10 +139,8 @@ fn check_headers(
 /// a message is served statelessly whatever else it carries (a dual-era server picks the
 /// era from the request's shape, reference §7); anything else may belong to a legacy session.
 pub fn is_modern(msg: &Incoming<'_>) -> bool {
-    msg.params
-        .and_then(|p| RawObject::parse(p).ok())
-        .and_then(|p| p.get_borrowed("_meta").and_then(|m| RawObject::parse(m).ok()))
-        .is_some_and(|meta| meta.contains(mcp::META_PROTOCOL_VERSION))
+    matches!(msg.params_object(), Some(Ok(_)))
+        && msg.meta_object().is_some_and(|meta| meta.is_ok_and(|m| m.contains(mcp::META_PROTOCOL_VERSION)))
 }
 
 /// Maps a codec failure to the downstream error.

@@ -4,10 +4,14 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
-use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
+use super::lex::{JsonError, Reader};
+use super::raw_object::{RawJson, RawObject};
 use super::rpc_error::{RpcError, code};
+
+mod envelope;
+use envelope::Envelope;
 
 /// A JSON-RPC request id, kept as its raw JSON text (a string or an integer) so that it is
 /// echoed with exactly the type and spelling the peer used. Cheap to clone.
@@ -16,8 +20,8 @@ pub struct RequestId(Arc<str>);
 
 impl RequestId {
     /// Checks that `raw` is a JSON string or integer, as JSON-RPC ids must be in MCP.
-    pub fn from_raw(raw: &RawValue) -> Option<Self> {
-        let text = raw.get();
+    pub fn from_raw<'r>(raw: impl Into<RawJson<'r>>) -> Option<Self> {
+        let text = raw.into().get();
         let ok = match text.as_bytes().first() {
             Some(b'"') => true,
             Some(b'-' | b'0'..=b'9') => text.bytes().skip(1).all(|b| b.is_ascii_digit()),
@@ -74,9 +78,11 @@ pub struct Incoming<'a> {
     pub kind: Kind,
     pub id: Option<RequestId>,
     pub method: Option<Cow<'a, str>>,
-    pub params: Option<&'a RawValue>,
-    pub result: Option<&'a RawValue>,
-    pub error: Option<&'a RawValue>,
+    pub params: Option<RawJson<'a>>,
+    pub result: Option<RawJson<'a>>,
+    pub error: Option<RawJson<'a>>,
+    params_object: Option<Result<RawObject<'a>, JsonError>>,
+    meta_object: Option<Result<RawObject<'a>, JsonError>>,
 }
 
 /// Why a message could not be decoded, with the JSON-RPC code it maps to.
@@ -106,70 +112,12 @@ impl MessageError {
     }
 }
 
-#[derive(Deserialize)]
-struct Envelope<'a> {
-    #[serde(borrow, default)]
-    jsonrpc: Option<Cow<'a, str>>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    id: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    method: Option<Cow<'a, str>>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    params: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    result: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    error: Option<&'a RawValue>,
-}
-
-/// `Some` for any present value, `null` included (plain `Option` would map `null` to `None`).
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
-    <&'de RawValue>::deserialize(d).map(Some)
-}
-
 /// The nesting depth (arrays and objects) [`Incoming::parse`] accepts: MCP messages nest a
 /// handful of levels, tool arguments and results a few more.
 pub const DEFAULT_MAX_DEPTH: usize = 64;
 
-/// The largest configurable depth: serde_json refuses deeper input on its own.
-pub const MAX_DEPTH_LIMIT: usize = 128;
-
-/// Whether `text` nests arrays and objects deeper than `max`. One pass over the bytes, without
-/// recursion, strings skipped (a bracket inside a string does not count); it stops at the
-/// first level past `max`, so a 100,000-deep `[[[[…` costs `max` bytes. Malformed input is
-/// left to the parser.
-pub fn depth_exceeds(text: &str, max: usize) -> bool {
-    // Nesting needs an opening bracket per level: text with at most `max` of them, the usual
-    // request, cannot exceed it. They are found with `memchr` (SIMD), which stops at the
-    // `max + 1`-th, so only bracket-heavy text pays for the exact walk below.
-    if memchr::memchr2_iter(b'[', b'{', text.as_bytes()).nth(max).is_none() {
-        return false;
-    }
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for &b in text.as_bytes() {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > max {
-                    return true;
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    false
-}
+/// The largest configurable depth: what the reader can track (serde_json's own limit too).
+pub const MAX_DEPTH_LIMIT: usize = super::lex::MAX_DEPTH;
 
 impl<'a> Incoming<'a> {
     /// Decodes one message from `text`, nested at most [`DEFAULT_MAX_DEPTH`] deep.
@@ -177,20 +125,28 @@ impl<'a> Incoming<'a> {
         Self::parse_limited(text, DEFAULT_MAX_DEPTH)
     }
 
-    /// Decodes one message from `text`, nested at most `max_depth` deep; deeper input is a
-    /// parse error (`-32700`), found before any of it is parsed.
+    /// Decodes one message from `text`, nested at most `max_depth` deep (at most
+    /// [`MAX_DEPTH_LIMIT`]); deeper input is a parse error (`-32700`). One pass: `params`, and
+    /// its `_meta`, are read as objects on the way (see [`Incoming::params_object`]).
     pub fn parse_limited(text: &'a str, max_depth: usize) -> Result<Self, MessageError> {
-        if depth_exceeds(text, max_depth) {
-            return Err(MessageError::Parse(format!("JSON nested deeper than {max_depth} levels")));
-        }
-        let env: Envelope<'a> = match serde_json::from_str(text) {
-            Ok(env) => env,
-            Err(e) if e.is_data() => {
-                // Well-formed JSON of the wrong shape (not an object, wrong field types).
-                return Err(MessageError::Invalid { reason: e.to_string(), id: None });
+        let mut reader = Reader::new(text, max_depth);
+        let mut env = Envelope::default();
+        let read = match reader.object(0, |r, key| env.member(r, key)) {
+            // Not an object, but JSON only if nothing follows it.
+            Err(JsonError::NotObject) => reader.end().and(Err(JsonError::NotObject)),
+            read => read.and_then(|()| reader.end()),
+        };
+        match read {
+            Ok(()) => {}
+            Err(JsonError::NotObject) => {
+                return Err(MessageError::Invalid { reason: "a message must be a JSON object".into(), id: None });
             }
             Err(e) => return Err(MessageError::Parse(e.to_string())),
-        };
+        }
+        if let Some(reason) = env.shape {
+            // Well-formed JSON of the wrong shape (wrong field types, a field twice).
+            return Err(MessageError::Invalid { reason, id: None });
+        }
         let id = match env.id {
             None => None,
             // An error answering a request whose id could not be read carries `"id": null`.
@@ -215,11 +171,32 @@ impl<'a> Incoming<'a> {
             return Err(invalid("a response carries result or error, not both"));
         }
         if let Some(p) = env.params
-            && !p.get().starts_with('{')
+            && !p.is_object()
         {
             return Err(invalid("params must be an object"));
         }
-        Ok(Self { kind, id, method: env.method, params: env.params, result: env.result, error: env.error })
+        Ok(Self {
+            kind,
+            id,
+            method: env.method,
+            params: env.params,
+            result: env.result,
+            error: env.error,
+            params_object: env.params_object,
+            meta_object: env.meta_object,
+        })
+    }
+
+    /// `params` as an object, read in the same pass as the envelope: `None` without params,
+    /// the error when it names a key twice.
+    pub fn params_object(&self) -> Option<Result<&RawObject<'a>, &JsonError>> {
+        self.params_object.as_ref().map(Result::as_ref)
+    }
+
+    /// `params._meta` as an object, read in the same pass: `None` when params or `_meta` is
+    /// absent or `_meta` is not an object, the error when it names a key twice.
+    pub fn meta_object(&self) -> Option<Result<&RawObject<'a>, &JsonError>> {
+        self.meta_object.as_ref().map(Result::as_ref)
     }
 
     /// The method name, or "" for responses.
@@ -278,12 +255,63 @@ mod tests {
         // Brackets inside strings, escaped quotes included, do not count.
         let s = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"s":"\"{}"}}}}"#, "[".repeat(200));
         assert!(Incoming::parse(&s).is_ok());
-        assert!(!depth_exceeds("[[]]", 2) && depth_exceeds("[[[]]]", 2));
     }
 
     #[test]
     fn invalid_keeps_the_id_when_readable() {
         let e = Incoming::parse(r#"{"jsonrpc":"1.0","id":3,"method":"m"}"#).unwrap_err();
         assert_eq!(e.id().unwrap().as_json(), "3");
+    }
+
+    #[test]
+    fn params_and_meta_are_read_in_the_same_pass() {
+        let text = r#" { "params" : { "uri" : "a://b" , "_meta" : { "v" : "1" , "c" : { } } } , "jsonrpc":"2.0","id":1,"method":"m"} "#;
+        let m = Incoming::parse(text).unwrap();
+        assert_eq!(m.params.unwrap().get(), r#"{ "uri" : "a://b" , "_meta" : { "v" : "1" , "c" : { } } }"#);
+        let params = m.params_object().unwrap().unwrap();
+        assert_eq!(params.get_str("uri").unwrap(), "a://b");
+        assert_eq!(params.get("_meta").unwrap().get(), r#"{ "v" : "1" , "c" : { } }"#);
+        let meta = m.meta_object().unwrap().unwrap();
+        assert_eq!((meta.get_str("v").unwrap().as_ref(), meta.get("c").unwrap().get()), ("1", "{ }"));
+        // `_meta` that is not an object, or absent: no meta object.
+        let m = Incoming::parse(r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":[1]}}"#).unwrap();
+        assert!(m.params_object().unwrap().is_ok() && m.meta_object().is_none());
+        let m = Incoming::parse(r#"{"jsonrpc":"2.0","id":1,"method":"m"}"#).unwrap();
+        assert!(m.params_object().is_none() && m.meta_object().is_none());
+    }
+
+    #[test]
+    fn duplicate_params_keys_are_the_params_error_and_not_a_parse_error() {
+        let m = Incoming::parse(r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1,"a":2}}"#).unwrap();
+        assert_eq!(m.params_object().unwrap().unwrap_err(), &JsonError::Duplicate("a".into()));
+        let m = Incoming::parse(r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"v":1,"v":1}}}"#).unwrap();
+        assert!(m.params_object().unwrap().is_ok());
+        assert_eq!(m.meta_object().unwrap().unwrap_err(), &JsonError::Duplicate("v".into()));
+        // Still JSON first: a duplicate in text that is not JSON is a parse error.
+        let e = Incoming::parse(r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1,"a":2}"#).unwrap_err();
+        assert!(matches!(e, MessageError::Parse(_)), "{e:?}");
+    }
+
+    #[test]
+    fn envelope_shape_errors_are_invalid_requests_once_the_text_is_json() {
+        for bad in [
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":7}"#,
+            r#"{"jsonrpc":2,"id":1,"method":"m"}"#,
+            r#"["2.0",1,"m"]"#,
+            "3",
+        ] {
+            assert!(matches!(Incoming::parse(bad), Err(MessageError::Invalid { id: None, .. })), "{bad}");
+        }
+        for bad in
+            [r#"{"jsonrpc":"2.0","id":1,"method":7"#, r#"{"jsonrpc":"2.0","id":1,"method":"m"} x"#, "[1,", "[] x"]
+        {
+            assert!(matches!(Incoming::parse(bad), Err(MessageError::Parse(_))), "{bad}");
+        }
+        // Escaped member names and values are read unescaped; unknown members are skipped.
+        let m = Incoming::parse(r#"{"json\u0072pc":"2.\u0030","id":1,"m\u0065thod":"a\/b","x":[{"y":null}]}"#).unwrap();
+        assert_eq!((m.kind, m.method()), (Kind::Request, "a/b"));
+        // `null` for a string member counts as absent, as it did with serde.
+        assert!(Incoming::parse(r#"{"jsonrpc":"2.0","id":1,"method":null,"result":1}"#).is_ok());
     }
 }

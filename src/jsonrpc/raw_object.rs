@@ -1,43 +1,110 @@
 //! An ordered, borrowed view of a JSON object whose values stay raw.
 //!
 //! Rewriting one field (a URI, a cursor) of a large result means parsing the top level only:
-//! the other values are validated by the parser but neither unescaped nor copied.
+//! the other values are checked by the reader but neither unescaped nor copied.
 
 use std::borrow::Cow;
-use std::fmt;
 
-use serde::Deserialize;
-use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
+
+use super::lex::{self, JsonError, Reader};
+
+/// The text of one JSON value the codec checked (or wrote itself), borrowed. What
+/// `&RawValue` is to serde_json, without a parse to make one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawJson<'a>(&'a str);
+
+impl<'a> RawJson<'a> {
+    /// Only the codec makes these, from text it checked or wrote.
+    pub(crate) fn checked(text: &'a str) -> Self {
+        Self(text)
+    }
+
+    /// The JSON text.
+    pub fn get(&self) -> &'a str {
+        self.0
+    }
+
+    /// Whether the value is an object.
+    pub fn is_object(&self) -> bool {
+        self.0.starts_with('{')
+    }
+}
+
+impl<'a> From<&'a RawValue> for RawJson<'a> {
+    fn from(raw: &'a RawValue) -> Self {
+        Self(raw.get())
+    }
+}
 
 /// A JSON object as an ordered list of `(key, raw value)` pairs. Duplicate keys are rejected at
 /// parse time: a proxy that forwards both copies lets two parsers disagree about the value.
 #[derive(Debug, Clone, Default)]
 pub struct RawObject<'a> {
-    entries: Vec<(Cow<'a, str>, Cow<'a, RawValue>)>,
+    /// Keys unescaped; values as checked JSON text.
+    entries: Vec<(Cow<'a, str>, Cow<'a, str>)>,
 }
 
 impl<'a> RawObject<'a> {
     /// Parses `raw`, which must be a JSON object.
-    pub fn parse(raw: &'a RawValue) -> Result<Self, serde_json::Error> {
-        Self::parse_str(raw.get())
+    pub fn parse(raw: impl Into<RawJson<'a>>) -> Result<Self, JsonError> {
+        Self::parse_str(raw.into().get())
     }
 
-    /// Parses `text`, which must be a JSON object.
-    pub fn parse_str(text: &'a str) -> Result<Self, serde_json::Error> {
-        serde_json::from_str(text)
+    /// Parses `text`, which must be a JSON object (nested at most [`lex::MAX_DEPTH`] deep).
+    pub fn parse_str(text: &'a str) -> Result<Self, JsonError> {
+        let mut reader = Reader::new(text, lex::MAX_DEPTH);
+        let obj = Self::read(&mut reader, 0, |_, _, _| Ok(None))?;
+        reader.end()?;
+        obj
+    }
+
+    /// Reads the object at `reader`'s cursor, inside `depth` open containers. `nested` sees
+    /// each key first and may read its value itself (returning the value's text); otherwise
+    /// the value is read raw. The outer error is the text's (not JSON); the inner one (a
+    /// duplicate key, or a value that is not an object) is found with the whole value read,
+    /// so the caller can report either.
+    pub(crate) fn read(
+        reader: &mut Reader<'a>,
+        depth: usize,
+        mut nested: impl FnMut(&mut Reader<'a>, &str, usize) -> Result<Option<&'a str>, JsonError>,
+    ) -> Result<Result<Self, JsonError>, JsonError> {
+        let mut entries: Vec<(Cow<'a, str>, Cow<'a, str>)> = Vec::new();
+        let mut duplicate = None;
+        let read = reader.object(depth, |r, key| {
+            let key = key.decode()?;
+            let value = match nested(r, &key, depth + 1)? {
+                Some(text) => text,
+                None => r.value(depth + 1)?,
+            };
+            if duplicate.is_none() && entries.iter().any(|(seen, _)| *seen == key) {
+                duplicate = Some(JsonError::Duplicate(key.into_owned()));
+            } else {
+                entries.push((key, Cow::Borrowed(value)));
+            }
+            Ok(())
+        });
+        match read {
+            Ok(()) => {}
+            Err(JsonError::NotObject) => return Ok(Err(JsonError::NotObject)),
+            Err(e) => return Err(e),
+        }
+        Ok(match duplicate {
+            Some(e) => Err(e),
+            None => Ok(Self { entries }),
+        })
     }
 
     /// The raw value of `key`.
-    pub fn get(&self, key: &str) -> Option<&RawValue> {
-        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_ref())
+    pub fn get(&self, key: &str) -> Option<RawJson<'_>> {
+        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| RawJson(v))
     }
 
     /// The raw value of `key` with the lifetime of the parsed text (`None` for values set
     /// after parsing).
-    pub fn get_borrowed(&self, key: &str) -> Option<&'a RawValue> {
+    pub fn get_borrowed(&self, key: &str) -> Option<RawJson<'a>> {
         match self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v) {
-            Some(Cow::Borrowed(v)) => Some(v),
+            Some(Cow::Borrowed(v)) => Some(RawJson(v)),
             _ => None,
         }
     }
@@ -54,6 +121,20 @@ impl<'a> RawObject<'a> {
 
     /// Sets `key` to `value`, keeping its position when it exists, appending otherwise.
     pub fn set(&mut self, key: &'a str, value: Cow<'a, RawValue>) {
+        let text = match value {
+            Cow::Borrowed(v) => Cow::Borrowed(v.get()),
+            Cow::Owned(v) => Cow::Owned(String::from(Box::<str>::from(v))),
+        };
+        self.set_text(key, text);
+    }
+
+    /// Sets `key` to a raw value borrowed from checked text.
+    pub fn set_raw(&mut self, key: &'a str, value: RawJson<'a>) {
+        self.set_text(key, Cow::Borrowed(value.0));
+    }
+
+    /// Sets `key` to JSON text the codec checked or wrote.
+    fn set_text(&mut self, key: &'a str, value: Cow<'a, str>) {
         match self.entries.iter_mut().find(|(k, _)| k == key) {
             Some(entry) => entry.1 = value,
             None => self.entries.push((Cow::Borrowed(key), value)),
@@ -64,17 +145,16 @@ impl<'a> RawObject<'a> {
     pub fn set_string(&mut self, key: &'a str, value: &str) {
         let mut out = Vec::with_capacity(value.len() + 2);
         super::write_json_string(&mut out, value);
-        self.set(key, Cow::Owned(owned_raw(out)));
+        self.set_text(key, Cow::Owned(String::from_utf8(out).expect("the codec writes UTF-8")));
     }
 
     /// Sets `key` to an integer.
     pub fn set_u64(&mut self, key: &'a str, value: u64) {
-        let mut buf = itoa::Buffer::new();
-        self.set(key, Cow::Owned(owned_raw(buf.format(value).as_bytes().to_vec())));
+        self.set_text(key, Cow::Owned(itoa::Buffer::new().format(value).to_owned()));
     }
 
-    /// Removes `key`, returning its value.
-    pub fn remove(&mut self, key: &str) -> Option<Cow<'a, RawValue>> {
+    /// Removes `key`, returning its value's text.
+    pub fn remove(&mut self, key: &str) -> Option<Cow<'a, str>> {
         let at = self.entries.iter().position(|(k, _)| k == key)?;
         Some(self.entries.remove(at).1)
     }
@@ -90,8 +170,8 @@ impl<'a> RawObject<'a> {
     }
 
     /// Iterates the entries in order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &RawValue)> {
-        self.entries.iter().map(|(k, v)| (k.as_ref(), v.as_ref()))
+    pub fn iter(&self) -> impl Iterator<Item = (&str, RawJson<'_>)> {
+        self.entries.iter().map(|(k, v)| (k.as_ref(), RawJson(v)))
     }
 
     /// Appends the object's JSON text to `out`.
@@ -103,14 +183,14 @@ impl<'a> RawObject<'a> {
             }
             super::write_json_string(out, k);
             out.push(b':');
-            out.extend_from_slice(v.get().as_bytes());
+            out.extend_from_slice(v.as_bytes());
         }
         out.push(b'}');
     }
 
     /// The object's JSON text.
     pub fn to_vec(&self) -> Vec<u8> {
-        let size = self.entries.iter().map(|(k, v)| k.len() + v.get().len() + 4).sum::<usize>();
+        let size = self.entries.iter().map(|(k, v)| k.len() + v.len() + 4).sum::<usize>();
         let mut out = Vec::with_capacity(size + 2);
         self.write_to(&mut out);
         out
@@ -129,59 +209,9 @@ pub(crate) fn owned_raw(json: Vec<u8>) -> Box<RawValue> {
 }
 
 /// The value of a raw JSON string, borrowed when it has no escapes; `None` for non-strings.
-pub fn raw_str(raw: &RawValue) -> Option<Cow<'_, str>> {
-    let text = raw.get();
-    let inner = text.strip_prefix('"')?.strip_suffix('"')?;
-    if !inner.contains('\\') {
-        return Some(Cow::Borrowed(inner));
-    }
-    serde_json::from_str::<String>(text).ok().map(Cow::Owned)
-}
-
-struct Key<'a>(Cow<'a, str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl<'de> Visitor<'de> for KeyVisitor {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string key")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Key(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Key(Cow::Owned(v.to_owned())))
-            }
-        }
-        d.deserialize_str(KeyVisitor)
-    }
-}
-
-impl<'de> Deserialize<'de> for RawObject<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct ObjVisitor;
-        impl<'de> Visitor<'de> for ObjVisitor {
-            type Value = RawObject<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
-                let mut entries: Vec<(Cow<'de, str>, Cow<'de, RawValue>)> =
-                    Vec::with_capacity(map.size_hint().unwrap_or(8));
-                while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
-                    let v: &'de RawValue = map.next_value()?;
-                    if entries.iter().any(|(seen, _)| *seen == k) {
-                        return Err(de::Error::custom(format_args!("duplicate key `{k}`")));
-                    }
-                    entries.push((k, Cow::Borrowed(v)));
-                }
-                Ok(RawObject { entries })
-            }
-        }
-        d.deserialize_map(ObjVisitor)
-    }
+pub fn raw_str<'a>(raw: impl Into<RawJson<'a>>) -> Option<Cow<'a, str>> {
+    let inner = raw.into().0.strip_prefix('"')?.strip_suffix('"')?;
+    lex::decode_string(inner, inner.contains('\\')).ok()
 }
 
 #[cfg(test)]

@@ -16,9 +16,9 @@ use crate::upstream::Upstream;
 pub struct Call<'a> {
     pub method: &'a str,
     /// Top-level `params`, `_meta` included.
-    pub params: RawObject<'a>,
+    pub params: &'a RawObject<'a>,
     /// `params._meta`.
-    pub meta: RawObject<'a>,
+    pub meta: &'a RawObject<'a>,
     pub principal: &'a Principal,
     /// Where the upstream's `notifications/progress` for this request go, when the client
     /// asked for progress (`_meta.progressToken`) on a transport that can carry it.
@@ -30,7 +30,7 @@ pub type Progress = crate::upstream::ProgressSink;
 
 impl<'a> Call<'a> {
     /// A call with no progress relay.
-    pub fn new(method: &'a str, params: RawObject<'a>, meta: RawObject<'a>, principal: &'a Principal) -> Self {
+    pub fn new(method: &'a str, params: &'a RawObject<'a>, meta: &'a RawObject<'a>, principal: &'a Principal) -> Self {
         Call { method, params, meta, principal, progress: None }
     }
 

@@ -125,7 +125,7 @@ impl Routing {
             return self.ask(held.call, held.question, index, call, target);
         };
         let id = RequestId::from_raw(
-            &serde_json::value::RawValue::from_string(held.question.id.clone()).map_err(|_| bad("held id"))?,
+            &*serde_json::value::RawValue::from_string(held.question.id.clone()).map_err(|_| bad("held id"))?,
         )
         .ok_or_else(|| bad("held id"))?;
         let response = encode_result(&id, &serde_json::to_vec(&answer).expect("serializable"));

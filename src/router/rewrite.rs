@@ -9,7 +9,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::namespace::Namespace;
-use crate::jsonrpc::{RawObject, RpcError};
+use crate::jsonrpc::{JsonError, RawJson, RawObject, RpcError};
 
 /// Why an upstream result could not be put into the proxy's namespace: it is not of the
 /// shape it must have (the upstream's side).
@@ -17,6 +17,8 @@ use crate::jsonrpc::{RawObject, RpcError};
 pub enum Unrewritable {
     #[error(transparent)]
     Json(Arc<serde_json::Error>),
+    #[error(transparent)]
+    Object(#[from] JsonError),
     #[error(transparent)]
     Utf8(#[from] std::string::FromUtf8Error),
     #[error("list item without `{0}`")]
@@ -51,14 +53,14 @@ fn key_of(field: Field) -> &'static str {
 
 /// Appends the items of an upstream list array to `out` (comma-separated, no brackets),
 /// namespacing each item's identity field. Returns how many items were appended.
-pub fn list_items(
-    array: &RawValue,
+pub fn list_items<'a>(
+    array: impl Into<RawJson<'a>>,
     field: Field,
     ns: &Namespace,
     index: usize,
     out: &mut Vec<u8>,
 ) -> Result<usize, Unrewritable> {
-    let items: Vec<&RawValue> = serde_json::from_str(array.get())?;
+    let items: Vec<&RawValue> = serde_json::from_str(array.into().get())?;
     let key = key_of(field);
     for item in &items {
         if !out.is_empty() {
@@ -68,7 +70,7 @@ pub fn list_items(
             out.extend_from_slice(item.get().as_bytes());
             continue;
         }
-        let mut obj = RawObject::parse(item)?;
+        let mut obj = RawObject::parse(*item)?;
         let value = obj.get_str(key).ok_or(Unrewritable::MissingKey(key))?;
         let renamed = out_of(field, ns, index, &value);
         obj.set_string(key, &renamed);

@@ -54,7 +54,7 @@ pub fn translate_params(params: &[u8]) -> Cow<'_, [u8]> {
     let Ok(text) = std::str::from_utf8(params) else { return Cow::Borrowed(params) };
     let Ok(mut obj) = RawObject::parse_str(text) else { return Cow::Borrowed(params) };
     let Some(meta) = obj.get("_meta").and_then(|m| RawObject::parse(m).ok()) else { return Cow::Borrowed(params) };
-    let kept: Vec<(&str, &serde_json::value::RawValue)> =
+    let kept: Vec<(&str, crate::jsonrpc::RawJson<'_>)> =
         meta.iter().filter(|(k, _)| !k.starts_with("io.modelcontextprotocol/")).collect();
     if kept.is_empty() {
         obj.remove("_meta");
