@@ -82,6 +82,10 @@ enum Command {
         /// Change the `status` resource every this many milliseconds (0: the profile's default).
         #[arg(long, default_value_t = 0)]
         tick_ms: u64,
+        /// Speak the legacy 2025-11-25 session revision (`initialize`, `Mcp-Session-Id`, no
+        /// `ttlMs`/`cacheScope`), as TypeScript SDK 1.x servers do; HTTP only.
+        #[arg(long, requires = "http")]
+        legacy: bool,
     },
 }
 
@@ -147,7 +151,7 @@ async fn main() -> Result<()> {
         }
         Command::Demo { addr, admin_addr } => demo(addr, admin_addr).await?,
         Command::Reload { admin, config } => reload(admin, config).await?,
-        Command::SampleUpstream { profile, http, crashable, count, tick_ms } => {
+        Command::SampleUpstream { profile, http, crashable, count, tick_ms, legacy } => {
             resmux::telemetry::init(&Default::default());
             let mut spec = match profile {
                 ProfileArg::Docs => SampleSpec::docs(),
@@ -155,6 +159,7 @@ async fn main() -> Result<()> {
                 ProfileArg::Generated => SampleSpec::generated("gen", count),
             };
             spec.crashable = crashable;
+            spec.legacy = legacy;
             if tick_ms > 0 {
                 spec.tick = Some(std::time::Duration::from_millis(tick_ms));
             }

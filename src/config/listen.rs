@@ -59,6 +59,15 @@ pub struct ListenConfig {
     /// whatever follows a listen on its connection, is hyper's). Off: hyper serves every
     /// request. Not used with `http2` or `tls`. Default true.
     pub lean_listens: bool,
+    /// Serve every other small request on clear-text HTTP/1.1 connections on the lean path
+    /// too: a `POST` to the endpoint with a `Content-Length` body of at most 64 KiB, read with
+    /// `httparse` into the connection's small buffer and answered by the same endpoint, its
+    /// response written with one vectored write of the head and the body's pieces (a cached
+    /// hit is not copied). It skips hyper's per-request dispatch and its per-connection
+    /// buffers on keep-alive connections. A request it does not take (another method, a
+    /// chunked or larger body, `Expect`, `Upgrade`, HTTP/1.0, a malformed head) hands the
+    /// connection to hyper from that request on. Not used with `http2` or `tls`. Default true.
+    pub lean_requests: bool,
     /// Path serving Prometheus metrics on the MCP listener too (GET). Empty (the default)
     /// disables it: metrics belong on the admin listener (`[admin] addr`), which MCP clients
     /// cannot reach.
@@ -128,6 +137,7 @@ impl Default for ListenConfig {
             metrics_path: String::new(),
             http2: false,
             lean_listens: true,
+            lean_requests: true,
             max_legacy_sessions: 10_000,
             legacy_session_idle: Duration::from_secs(30 * 60),
             max_legacy_sessions_per_principal: 64,

@@ -22,6 +22,19 @@ pub struct Pieces {
     next: usize,
 }
 
+impl Pieces {
+    /// The pieces not yet taken as frames, to be written without going through frames.
+    pub(super) fn into_pieces(self) -> [Bytes; 3] {
+        let [a, b, c] = self.pieces;
+        match self.next {
+            0 => [a, b, c],
+            1 => [Bytes::new(), b, c],
+            2 => [Bytes::new(), Bytes::new(), c],
+            _ => Default::default(),
+        }
+    }
+}
+
 impl hyper::body::Body for Pieces {
     type Data = Bytes;
     type Error = Infallible;

@@ -1,14 +1,16 @@
-//! The lean connection path for long-lived listen streams (issue #14: 100,000 listeners per
-//! box). hyper's HTTP/1 connection keeps an 8 KiB read buffer and an 8 KiB write buffer for
-//! its whole life, which is most of what an idle listen stream costs. Here the first request
-//! of a clear-text HTTP/1.1 connection is read into a small buffer and its head parsed with
-//! `httparse`. If it is a small `POST` to the endpoint whose `Mcp-Method` header is
-//! `subscriptions/listen`, it is served by the same [`Endpoint::serve_from`] as every other
-//! request (every transport, Origin, Host, auth, rate, version and validation check, and every
-//! status and JSON-RPC error, are the endpoint's), and its response is written here with a
-//! buffer the size of each frame. Anything else, and whatever follows a listen on the
-//! connection, is handed to hyper with the bytes read so far, exactly as if hyper had read
-//! them.
+//! The lean connection path (issue #14: 100,000 listeners per box, and a cache hit at the
+//! speed of a bare server). hyper's HTTP/1 connection keeps an 8 KiB read buffer and an 8 KiB
+//! write buffer for its whole life, which is most of what an idle listen stream costs, and its
+//! dispatcher is a good part of what a cached read costs. Here a clear-text HTTP/1.1
+//! connection's requests are read into a small buffer and their heads parsed with `httparse`.
+//! A small `POST` to the endpoint (a `subscriptions/listen` with `[listen] lean_listens`, any
+//! other with `lean_requests`) is served by the same [`Endpoint::serve_from`] as on hyper's
+//! path (every transport, Origin, Host, auth, rate, version and validation check, and every
+//! status and JSON-RPC error, are the endpoint's), and its response is written here: a whole
+//! body in one vectored write, a stream with a buffer the size of each frame. The connection
+//! then waits for its next request the same way. Anything else is handed to hyper with the
+//! bytes read so far, exactly as if hyper had read them, and hyper serves the connection from
+//! that request on.
 
 mod head;
 mod rewind;
@@ -19,7 +21,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http::Uri;
+use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::HttpService;
@@ -28,28 +31,34 @@ use hyper_util::server::graceful::Watcher;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use self::head::Parsed;
+pub(super) use self::head::Takes;
+use self::head::{Head, Parsed};
 use self::rewind::Rewind;
 use self::write::Ended;
 use super::Endpoint;
 use super::watch::{InFlight, Watch};
-use crate::mcp::method::LISTEN;
 
 /// The first read's buffer; it doubles up to the head bound as a head needs.
 const FIRST_READ: usize = 1024;
-/// Largest listen body taken on the lean path; a larger one (a listen naming very many
-/// URIs) is served by hyper.
+/// Largest request body taken on the lean path; a larger one is served by hyper.
 const MAX_LEAN_BODY: usize = 64 << 10;
+/// A connection's buffer past this size (a large head or body grew it) shrinks back to
+/// [`FIRST_READ`] once the request is served.
+const KEEP_BUFFER: usize = 8 << 10;
 
 /// What the lean path needs of its connection.
 pub(super) struct Lean {
     pub endpoint: Endpoint,
+    /// Which requests it serves.
+    pub takes: Takes,
+    /// The endpoint's path, as every lean request's target.
+    pub uri: Uri,
     pub peer: SocketAddr,
     pub watch: Arc<Watch>,
     /// `max_header_bytes`: a longer head is hyper's to refuse (431).
     pub max_head: usize,
-    /// The listener's shutdown: a connection still reading its first head closes, and one
-    /// whose listen has ended is not handed on.
+    /// The listener's shutdown: a connection waiting for a request's head closes, and one
+    /// whose response is written is not kept open.
     pub cancel: CancellationToken,
     /// hyper's connection settings, for the hand-off.
     pub http1: http1::Builder,
@@ -57,7 +66,13 @@ pub(super) struct Lean {
     pub watcher: Watcher,
 }
 
-/// Serves one connection: its first request here when it is a listen, the rest with hyper.
+/// The endpoint's path as a request target (`None`: not one, and the lean path is not used).
+pub(super) fn target(path: &str) -> Option<Uri> {
+    Uri::from_maybe_shared(Bytes::copy_from_slice(path.as_bytes())).ok().filter(|u| u.path() == path)
+}
+
+/// Serves one connection: its requests here while the lean path takes them, the rest with
+/// hyper.
 pub(super) async fn serve<T, S>(mut io: T, lean: Lean, service: S) -> Result<(), hyper::Error>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -66,54 +81,61 @@ where
     S::ResBody: 'static,
     <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn StdError + Send + Sync>>,
 {
-    // Boxed: reading and answering the request takes a moment; only the stream below is held
-    // for the connection's life, so only its state stays allocated.
-    let first = Box::pin(first_request(&mut io, &lean)).await;
-    let (resp, close, mut rest, in_flight) = match first {
-        First::HandOff(read) => return hand_off(read, io, lean, service).await,
-        First::Done => return Ok(()),
-        First::Serve { resp, close, rest, in_flight } => (resp, close, rest, in_flight),
-    };
-    let slow = lean.endpoint.slow_write();
-    let ended = write::response(&mut io, *resp, close, slow, &mut rest).await;
-    drop(in_flight);
-    if ended != Ended::KeepAlive || lean.cancel.is_cancelled() {
-        let _ = tokio::time::timeout(slow, io.shutdown()).await;
-        return Ok(());
+    let mut buf = Vec::new();
+    loop {
+        // Boxed: reading and answering a request takes a moment; only the response's write
+        // (a listen's stream) is held for long, so only its state stays allocated.
+        let next = Box::pin(next_request(&mut io, &lean, buf)).await;
+        let (resp, close, in_flight) = match next {
+            Next::HandOff(read) => return hand_off(read, io, lean, service).await,
+            Next::Done => return Ok(()),
+            Next::Serve { resp, close, rest, in_flight } => {
+                buf = rest;
+                (resp, close, in_flight)
+            }
+        };
+        if matches!(resp.body(), Either::Right(_)) || buf.capacity() > KEEP_BUFFER {
+            // A stream may be open for hours: it keeps only what was pipelined behind it.
+            buf.shrink_to(if matches!(resp.body(), Either::Right(_)) { 0 } else { FIRST_READ });
+        }
+        let ended = write::response(&mut io, *resp, close, lean.endpoint.slow_write(), &mut buf).await;
+        drop(in_flight);
+        if ended != Ended::KeepAlive || lean.cancel.is_cancelled() {
+            let _ = tokio::time::timeout(lean.endpoint.slow_write(), io.shutdown()).await;
+            return Ok(());
+        }
     }
-    rest.shrink_to_fit();
-    hand_off(rest, io, lean, service).await
 }
 
-/// What became of a connection's first request.
-enum First {
+/// What became of a connection's next request.
+enum Next {
     /// Not the lean path's: hyper serves it from these bytes on.
     HandOff(Vec<u8>),
     /// Over (the client went away, or the shutdown came first).
     Done,
-    /// A listen, answered: `resp` is to be written (`close`: the client asked to close after
-    /// it), `rest` is what was read past it, and the request stays in flight until written.
+    /// Answered: `resp` is to be written (`close`: the client asked to close after it),
+    /// `rest` is the connection's buffer with what was read past the request, and the request
+    /// stays in flight until written.
     Serve { resp: Box<super::respond::Resp>, close: bool, rest: Vec<u8>, in_flight: InFlight },
 }
 
-/// Reads the first request; answers it when it is a listen.
-async fn first_request<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, lean: &Lean) -> First {
-    let path = lean.endpoint.path();
+/// Reads the next request into `buf` (which may hold some of it already); answers it when
+/// the lean path takes it.
+async fn next_request<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, lean: &Lean, mut buf: Vec<u8>) -> Next {
     let max_body = MAX_LEAN_BODY.min(lean.endpoint.max_body());
-    let mut buf: Vec<u8> = Vec::with_capacity(FIRST_READ);
     let head = loop {
-        match head::parse(&buf, path, LISTEN, max_body) {
+        match head::parse(&buf, &lean.uri, lean.takes, max_body) {
             Parsed::Lean(head) => break head,
-            Parsed::Other => return First::HandOff(buf),
+            Parsed::Other => return Next::HandOff(buf),
             // hyper answers a head over the bound with 431.
-            Parsed::Partial if buf.len() >= lean.max_head => return First::HandOff(buf),
+            Parsed::Partial if buf.len() >= lean.max_head => return Next::HandOff(buf),
             Parsed::Partial => {}
         }
         match read_more(io, &mut buf, Some(&lean.cancel)).await {
             Read::More => {}
             // At EOF hyper judges what was sent (an unfinished head, or nothing).
-            Read::Eof if !buf.is_empty() => return First::HandOff(buf),
-            Read::Eof | Read::Stop => return First::Done,
+            Read::Eof if !buf.is_empty() => return Next::HandOff(buf),
+            Read::Eof | Read::Stop => return Next::Done,
         }
     };
     // The head is in: the request is in flight (no head or idle deadline) while its body
@@ -131,19 +153,18 @@ async fn first_request<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, lean: &Lea
     };
     match tokio::time::timeout(lean.endpoint.body_timeout(), body).await {
         Ok(true) => {}
-        Ok(false) => return First::Done,
+        Ok(false) => return Next::Done,
         Err(_) => {
             let resp = lean.endpoint.body_timed_out();
             write::response(io, resp, true, lean.endpoint.slow_write(), &mut Vec::new()).await;
-            return First::Done;
+            return Next::Done;
         }
     }
-    let rest = buf.split_off(need);
-    let body = Bytes::copy_from_slice(&buf[head.head_len..]);
-    drop(buf);
-    let request = head.request.map(|()| Full::new(body));
-    let resp = lean.endpoint.serve_from(request, Some(lean.peer.ip())).await;
-    First::Serve { resp: Box::new(resp), close: head.close, rest, in_flight }
+    let body = Bytes::copy_from_slice(&buf[head.head_len..need]);
+    buf.drain(..need);
+    let Head { request, close, .. } = *head;
+    let resp = lean.endpoint.serve_from(request.map(|()| Full::new(body)), Some(lean.peer.ip())).await;
+    Next::Serve { resp: Box::new(resp), close, rest: buf, in_flight }
 }
 
 /// The outcome of one read.

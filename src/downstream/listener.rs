@@ -42,7 +42,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::Endpoint;
-use super::lean::{self, Lean};
+use super::lean::{self, Lean, Takes};
 use super::per_ip::{IpSlot, PerIp};
 use super::watch::{Expired, Tracked, Watch, Watched};
 use crate::config::ListenConfig;
@@ -71,6 +71,8 @@ pub struct Limits {
     pub http2: bool,
     /// Serve clear-text HTTP/1.1 listen streams on the lean path ([`super::lean`]).
     pub lean_listens: bool,
+    /// Serve other small HTTP/1.1 POSTs on the lean path too.
+    pub lean_requests: bool,
 }
 
 impl From<&ListenConfig> for Limits {
@@ -83,6 +85,7 @@ impl From<&ListenConfig> for Limits {
             max_header_bytes: c.max_header_bytes,
             http2: c.http2,
             lean_listens: c.lean_listens,
+            lean_requests: c.lean_requests,
         }
     }
 }
@@ -127,6 +130,8 @@ pub async fn serve(
     // The dual-protocol builder has no `max_header_size`; its read-buffer cap bounds the head.
     auto.http1().max_buf_size(buf);
     auto.http2().max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    // The request target every lean request has (anything else is hyper's).
+    let uri = lean::target(endpoint.path());
     loop {
         let permit = tokio::select! {
             _ = cancel.cancelled() => break,
@@ -192,9 +197,14 @@ pub async fn serve(
             );
             continue;
         }
-        if limits.lean_listens && !limits.http2 {
+        if (limits.lean_listens || limits.lean_requests)
+            && !limits.http2
+            && let Some(uri) = &uri
+        {
             let lean = Lean {
                 endpoint: lean_endpoint,
+                takes: Takes { listens: limits.lean_listens, requests: limits.lean_requests },
+                uri: uri.clone(),
                 peer,
                 watch: watch.clone(),
                 max_head: limits.max_header_bytes,

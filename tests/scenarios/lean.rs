@@ -1,8 +1,8 @@
-//! The lean listen path (`[listen] lean_listens`, src/downstream/lean.rs): a listen on a
-//! clear-text HTTP/1.1 connection is read and written without hyper's per-connection buffers.
-//! Every answer must be the one hyper's path gives: the same statuses, headers and JSON-RPC
-//! errors for every check, the same stream, and the connection carries on with hyper after a
-//! listen that is answered without a stream.
+//! The lean path (`[listen] lean_listens` and `lean_requests`, src/downstream/lean.rs): a
+//! listen, and every other small POST, on a clear-text HTTP/1.1 connection is read and written
+//! without hyper. Every answer must be the one hyper's path gives: the same statuses, headers
+//! and JSON-RPC errors for every check, the same stream, the same keep-alive and pipelining,
+//! and the connection carries on with hyper from the first request the lean path leaves.
 
 use std::time::Duration;
 
@@ -18,6 +18,7 @@ async fn proxy(lean: bool, tweak: impl FnOnce(&mut Config)) -> (Proxy, SampleHtt
     let up = sample_http(SampleSpec::generated("docs", 3)).await;
     let mut cfg = config(vec![UpstreamConfig::http("docs", &up.url())]);
     cfg.listen.lean_listens = lean;
+    cfg.listen.lean_requests = lean;
     cfg.hub.linger = Duration::from_millis(50);
     tweak(&mut cfg);
     let p = Proxy::start(cfg).await;
@@ -31,18 +32,30 @@ fn listen_body(id: Value, notifications: Value) -> String {
     .to_string()
 }
 
-/// A listen request's bytes, with `extra` header lines (`name: value\r\n`) and `body`.
 /// A listen request with `extra` header lines; `extra` may give its own `content-type`.
 fn listen_request(p: &Proxy, extra: &str, body: &str) -> Vec<u8> {
+    request(p, "subscriptions/listen", extra, body)
+}
+
+/// A modern POST of `method` with `extra` header lines (`name: value\r\n`, which may give
+/// their own `content-type`) and `body`.
+fn request(p: &Proxy, method: &str, extra: &str, body: &str) -> Vec<u8> {
     let content_type = if extra.contains("content-type:") { "" } else { "content-type: application/json\r\n" };
     format!(
         "POST /mcp HTTP/1.1\r\nhost: {}\r\n{content_type}\
          accept: application/json, text/event-stream\r\nmcp-protocol-version: 2026-07-28\r\n\
-         mcp-method: subscriptions/listen\r\n{extra}content-length: {}\r\n\r\n{body}",
+         mcp-method: {method}\r\n{extra}content-length: {}\r\n\r\n{body}",
         p.app.local_addr(),
         body.len()
     )
     .into_bytes()
+}
+
+/// A `resources/read` of `uri` with JSON-RPC id `id`, with `extra` header lines.
+fn read_request(p: &Proxy, id: u64, uri: &str, extra: &str) -> Vec<u8> {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "resources/read",
+                      "params": {"uri": uri, "_meta": meta()}});
+    request(p, "resources/read", &format!("mcp-name: {uri}\r\n{extra}"), &body.to_string())
 }
 
 /// Reads one response head (and its body, when it has a `content-length`) from `s`; bytes
@@ -165,7 +178,7 @@ async fn the_stream_is_the_one_hyper_writes() {
 }
 
 #[tokio::test]
-async fn a_connection_carries_on_with_hyper_after_a_refused_listen() {
+async fn a_connection_carries_on_after_a_refused_listen() {
     let (p, _up) = proxy(true, |_| {}).await;
     let mut s = TcpStream::connect(p.app.local_addr()).await.unwrap();
     let refused = listen_body(json!(1), json!({})).replace("\"notifications\"", "\"other\"");
@@ -173,15 +186,7 @@ async fn a_connection_carries_on_with_hyper_after_a_refused_listen() {
     let discover =
         json!({"jsonrpc": "2.0", "id": 2, "method": "server/discover", "params": {"_meta": meta()}}).to_string();
     let mut bytes = listen_request(&p, "", &refused);
-    bytes.extend(
-        format!(
-            "POST /mcp HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\n\
-             mcp-protocol-version: 2026-07-28\r\nmcp-method: server/discover\r\ncontent-length: {}\r\n\r\n{discover}",
-            p.app.local_addr(),
-            discover.len()
-        )
-        .into_bytes(),
-    );
+    bytes.extend(request(&p, "server/discover", "", &discover));
     s.write_all(&bytes).await.unwrap();
     let mut rest = Vec::new();
     let first = read_response(&mut s, &mut rest).await;
@@ -251,4 +256,104 @@ async fn a_lean_stream_ends_with_its_result_at_shutdown() {
     let closed = tokio::time::timeout(DEADLINE, s.read(&mut tail)).await.expect("closed in time");
     assert!(matches!(closed, Ok(0) | Err(_)), "the connection closes after the last chunk");
     tokio::time::timeout(DEADLINE, stopping).await.expect("shutdown in time").unwrap();
+}
+
+/// A response as compared between the two paths: status, headers in order, JSON body.
+type Answer = (u16, Vec<(String, String)>, Value);
+
+/// The headers of a response, in order, its `date` value blanked.
+fn dated(raw: &Raw) -> Vec<(String, String)> {
+    raw.headers.iter().map(|(k, v)| (k.clone(), if k == "date" { String::new() } else { v.clone() })).collect()
+}
+
+#[tokio::test]
+async fn a_keep_alive_connection_of_requests_is_answered_as_hyper_answers_it() {
+    let (lean, _a) = proxy(true, |_| {}).await;
+    let (plain, _b) = proxy(false, |_| {}).await;
+    let mut seen: Vec<Vec<Answer>> = Vec::new();
+    for p in [&lean, &plain] {
+        let mut s = TcpStream::connect(p.app.local_addr()).await.unwrap();
+        let mut rest = Vec::new();
+        let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": meta()}}).to_string();
+        let wrong = read_request(p, 4, "docs://item/1", "").into_iter().collect::<Vec<u8>>();
+        let wrong = String::from_utf8(wrong).unwrap().replacen("mcp-name: docs://item/1", "mcp-name: docs://item/2", 1);
+        // A miss, then the same read as a hit, a list, a refusal (Mcp-Name differs from the
+        // body), and two reads pipelined in one write.
+        let mut sends = vec![read_request(p, 1, "docs://item/0", ""), read_request(p, 2, "docs://item/0", "")];
+        sends.push(request(p, "tools/list", "", &list));
+        sends.push(wrong.into_bytes());
+        let mut pipelined = read_request(p, 5, "docs://item/1", "");
+        pipelined.extend(read_request(p, 6, "docs://item/1", ""));
+        sends.push(pipelined);
+        let mut answers = Vec::new();
+        for bytes in sends {
+            let pipelined = bytes.windows(5).filter(|w| w == b"POST ").count();
+            s.write_all(&bytes).await.unwrap();
+            for _ in 0..pipelined {
+                let raw = read_response(&mut s, &mut rest).await;
+                let mut body: Value = serde_json::from_slice(&raw.body).unwrap();
+                // A hit's remaining TTL counts down between the two proxies' runs.
+                if let Some(ttl) = body["result"].get_mut("ttlMs") {
+                    assert!(ttl.as_u64().is_some_and(|t| t <= 60_000), "{ttl}");
+                    *ttl = json!("counted down");
+                }
+                answers.push((raw.status, dated(&raw), body));
+            }
+        }
+        assert!(rest.is_empty(), "nothing past the last answer");
+        seen.push(answers);
+    }
+    let (a, b) = (&seen[0], &seen[1]);
+    assert_eq!(a.len(), 6);
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert_eq!(x.0, y.0, "answer {i}: status");
+        assert_eq!(x.1, y.1, "answer {i}: headers, in order");
+        assert_eq!(x.2, y.2, "answer {i}: body");
+    }
+    let cache = |i: usize| a[i].1.iter().find(|(k, _)| k == "resmux-cache").map(|(_, v)| v.clone());
+    assert_eq!((cache(0), cache(1)), (Some("miss".into()), Some("hit".into())));
+    assert_eq!(a[3].0, 400, "the mismatched Mcp-Name is refused: {}", a[3].2);
+    assert_eq!((a[4].2["id"].clone(), a[5].2["id"].clone()), (json!(5), json!(6)));
+}
+
+#[tokio::test]
+async fn a_connection_moves_to_hyper_at_the_first_request_the_lean_path_leaves() {
+    let (p, _up) = proxy(true, |_| {}).await;
+    let mut s = TcpStream::connect(p.app.local_addr()).await.unwrap();
+    let mut rest = Vec::new();
+    // A lean read, then a GET without a session (the modern endpoint's 405, hyper's to
+    // serve), then a read that hyper now serves: one write, three answers in order.
+    let mut bytes = read_request(&p, 1, "docs://item/0", "");
+    bytes.extend(
+        format!("GET /mcp HTTP/1.1\r\nhost: {}\r\naccept: text/event-stream\r\n\r\n", p.app.local_addr()).bytes(),
+    );
+    bytes.extend(read_request(&p, 2, "docs://item/0", ""));
+    s.write_all(&bytes).await.unwrap();
+    let first = read_response(&mut s, &mut rest).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.json()["id"], 1);
+    assert_eq!(read_response(&mut s, &mut rest).await.status, 405);
+    let third = read_response(&mut s, &mut rest).await;
+    assert_eq!((third.status, third.header("resmux-cache")), (200, Some("hit")));
+    assert_eq!(third.json()["id"], 2);
+}
+
+#[tokio::test]
+async fn connection_close_ends_a_lean_connection_after_its_answer() {
+    let (lean, _a) = proxy(true, |_| {}).await;
+    let (plain, _b) = proxy(false, |_| {}).await;
+    let mut heads = Vec::new();
+    for p in [&lean, &plain] {
+        let mut s = TcpStream::connect(p.app.local_addr()).await.unwrap();
+        s.write_all(&read_request(p, 1, "docs://item/0", "connection: close\r\n")).await.unwrap();
+        let mut rest = Vec::new();
+        let raw = read_response(&mut s, &mut rest).await;
+        assert_eq!(raw.status, 200);
+        let mut tail = [0u8; 16];
+        let closed = tokio::time::timeout(DEADLINE, s.read(&mut tail)).await.expect("closed in time");
+        assert!(matches!(closed, Ok(0) | Err(_)), "the connection closes after the answer");
+        heads.push(dated(&raw));
+    }
+    assert_eq!(heads[0], heads[1]);
+    assert!(heads[0].contains(&("connection".into(), "close".into())), "{:?}", heads[0]);
 }

@@ -1,22 +1,33 @@
-//! The first request's head, parsed with `httparse` from the lean path's small buffer: the
-//! head alone decides whether the lean path keeps the connection, so no other request's body
-//! is read twice.
+//! A request's head, parsed with `httparse` from the lean path's small buffer: the head alone
+//! decides whether the lean path serves the request or hands the connection to hyper, so no
+//! body is read twice.
 
 use http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING, UPGRADE};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Version};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version};
 
 use crate::mcp::H_METHOD;
+use crate::mcp::method::LISTEN;
 
 /// Headers a lean head may carry; a head with more is left to hyper (its own bound is 100).
 const MAX_HEADERS: usize = 64;
+
+/// Which requests the lean path takes (`[listen] lean_listens` and `lean_requests`).
+#[derive(Debug, Clone, Copy)]
+pub struct Takes {
+    /// `subscriptions/listen` (its `Mcp-Method` header names it).
+    pub listens: bool,
+    /// Every other `POST`.
+    pub requests: bool,
+}
 
 /// What the bytes read so far hold.
 #[derive(Debug)]
 pub(super) enum Parsed {
     /// A complete head the lean path may serve: a `POST` to the endpoint's path over HTTP/1.1
-    /// whose `Mcp-Method` (which every modern request mirrors from its body, reference §2.1)
-    /// is `method`, with a `Content-Length` of at most the lean body bound and no
-    /// `Transfer-Encoding`, `Expect` or `Upgrade`.
+    /// that `Takes` covers (a listen is told by its `Mcp-Method` header, which every modern
+    /// request mirrors from its body, reference §2.1), with a `Content-Length` of at most the
+    /// lean body bound, at most one `Mcp-Method`, and no `Transfer-Encoding`, `Expect` or
+    /// `Upgrade`.
     Lean(Box<Head>),
     /// Not complete yet.
     Partial,
@@ -35,9 +46,9 @@ pub(super) struct Head {
     pub close: bool,
 }
 
-/// Parses `buf` as the start of a `method` request to `path` whose body is at most
-/// `max_body` bytes.
-pub(super) fn parse(buf: &[u8], path: &str, method: &str, max_body: usize) -> Parsed {
+/// Parses `buf` as the start of a request to `uri` (the endpoint's path) that `takes` covers,
+/// whose body is at most `max_body` bytes.
+pub(super) fn parse(buf: &[u8], uri: &Uri, takes: Takes, max_body: usize) -> Parsed {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let head_len = match req.parse(buf) {
@@ -45,12 +56,13 @@ pub(super) fn parse(buf: &[u8], path: &str, method: &str, max_body: usize) -> Pa
         Ok(httparse::Status::Partial) => return Parsed::Partial,
         Err(_) => return Parsed::Other,
     };
-    if req.method != Some("POST") || req.path != Some(path) || req.version != Some(1) {
+    if req.method != Some("POST") || req.path != Some(uri.path()) || req.version != Some(1) {
         return Parsed::Other;
     }
     let mut map = HeaderMap::with_capacity(req.headers.len());
     let mut body_len = None;
-    let mut named = false;
+    let mut method = None;
+    let mut close = false;
     for h in req.headers.iter() {
         let (Ok(name), Ok(value)) = (HeaderName::from_bytes(h.name.as_bytes()), HeaderValue::from_bytes(h.value))
         else {
@@ -60,10 +72,10 @@ pub(super) fn parse(buf: &[u8], path: &str, method: &str, max_body: usize) -> Pa
             return Parsed::Other;
         }
         if name.as_str() == H_METHOD {
-            if named || h.value != method.as_bytes() {
+            if method.is_some() {
                 return Parsed::Other;
             }
-            named = true;
+            method = Some(h.value);
         }
         if name == CONTENT_LENGTH {
             // Exactly one plain decimal length; anything else is hyper's to judge.
@@ -74,20 +86,18 @@ pub(super) fn parse(buf: &[u8], path: &str, method: &str, max_body: usize) -> Pa
                 _ => return Parsed::Other,
             }
         }
+        if name == CONNECTION {
+            close |= value.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")));
+        }
         map.append(name, value);
     }
-    let (Some(body_len), true) = (body_len, named) else { return Parsed::Other };
-    let close = map
-        .get_all(CONNECTION)
-        .iter()
-        .any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close"))));
+    let listen = method == Some(LISTEN.as_bytes());
+    let taken = if listen { takes.listens } else { takes.requests };
+    let (Some(body_len), true) = (body_len, taken) else { return Parsed::Other };
     let mut request = Request::new(());
     *request.method_mut() = Method::POST;
     *request.version_mut() = Version::HTTP_11;
-    match path.parse() {
-        Ok(uri) => *request.uri_mut() = uri,
-        Err(_) => return Parsed::Other,
-    }
+    *request.uri_mut() = uri.clone();
     *request.headers_mut() = map;
     Parsed::Lean(Box::new(Head { request, head_len, body_len, close }))
 }
@@ -96,19 +106,42 @@ pub(super) fn parse(buf: &[u8], path: &str, method: &str, max_body: usize) -> Pa
 mod tests {
     use super::*;
 
-    const LISTEN: &[u8] = b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
+    const LISTEN_HEAD: &[u8] = b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
         Mcp-Method: subscriptions/listen\r\ncontent-length: 2\r\nConnection: keep-alive, close\r\n\r\n{}";
-    const M: &str = "subscriptions/listen";
+    const READ_HEAD: &[u8] =
+        b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\nMcp-Method: resources/read\r\ncontent-length: 2\r\n\r\n{}";
+    const LEGACY_HEAD: &[u8] = b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 2\r\n\r\n{}";
+    const LISTENS: Takes = Takes { listens: true, requests: false };
+    const REQUESTS: Takes = Takes { listens: false, requests: true };
+    const BOTH: Takes = Takes { listens: true, requests: true };
+
+    fn mcp() -> Uri {
+        Uri::from_static("/mcp")
+    }
+
+    fn lean(raw: &[u8], takes: Takes) -> bool {
+        matches!(parse(raw, &mcp(), takes, 100), Parsed::Lean(_))
+    }
 
     #[test]
     fn a_small_post_to_the_path_is_lean() {
-        let Parsed::Lean(head) = parse(LISTEN, "/mcp", M, 100) else { panic!("not lean") };
-        assert_eq!(head.head_len, LISTEN.len() - 2);
+        let Parsed::Lean(head) = parse(LISTEN_HEAD, &mcp(), LISTENS, 100) else { panic!("not lean") };
+        assert_eq!(head.head_len, LISTEN_HEAD.len() - 2);
         assert_eq!(head.body_len, 2);
         assert!(head.close);
         assert_eq!(head.request.headers()["content-type"], "application/json");
         assert_eq!(head.request.uri().path(), "/mcp");
-        assert!(matches!(parse(&LISTEN[..20], "/mcp", M, 100), Parsed::Partial));
+        assert!(matches!(parse(&LISTEN_HEAD[..20], &mcp(), LISTENS, 100), Parsed::Partial));
+        let Parsed::Lean(head) = parse(READ_HEAD, &mcp(), REQUESTS, 100) else { panic!("not lean") };
+        assert!(!head.close, "HTTP/1.1 keeps the connection by default");
+    }
+
+    #[test]
+    fn each_setting_takes_its_own_requests() {
+        assert!(lean(LISTEN_HEAD, LISTENS) && lean(LISTEN_HEAD, BOTH));
+        assert!(!lean(LISTEN_HEAD, REQUESTS), "a listen with lean_listens off is hyper's");
+        assert!(lean(READ_HEAD, REQUESTS) && lean(LEGACY_HEAD, REQUESTS) && lean(READ_HEAD, BOTH));
+        assert!(!lean(READ_HEAD, LISTENS) && !lean(LEGACY_HEAD, LISTENS), "only listens with lean_requests off");
     }
 
     #[test]
@@ -116,17 +149,17 @@ mod tests {
         let other = |raw: &[u8]| {
             // Every case names the method, unless it is about the method.
             let raw = String::from_utf8_lossy(raw).replacen("\r\n", "\r\nmcp-method: subscriptions/listen\r\n", 1);
-            matches!(parse(raw.as_bytes(), "/mcp", M, 100), Parsed::Other)
+            matches!(parse(raw.as_bytes(), &mcp(), BOTH, 100), Parsed::Other)
         };
-        let bare = |raw: &[u8]| matches!(parse(raw, "/mcp", M, 100), Parsed::Other);
+        let bare = |raw: &[u8]| matches!(parse(raw, &mcp(), LISTENS, 100), Parsed::Other);
         assert!(bare(b"POST /mcp HTTP/1.1\r\ncontent-length: 2\r\n\r\n"), "no Mcp-Method");
         assert!(bare(b"POST /mcp HTTP/1.1\r\nmcp-method: resources/read\r\ncontent-length: 2\r\n\r\n"));
-        assert!(bare(
-            b"POST /mcp HTTP/1.1\r\nmcp-method: subscriptions/listen\r\nmcp-method: subscriptions/listen\r\ncontent-length: 2\r\n\r\n"
-        ));
+        assert!(other(b"POST /mcp HTTP/1.1\r\nmcp-method: subscriptions/listen\r\ncontent-length: 2\r\n\r\n"));
         assert!(other(b"GET /mcp HTTP/1.1\r\nhost: x\r\n\r\n"));
+        assert!(other(b"DELETE /mcp HTTP/1.1\r\nhost: x\r\n\r\n"));
         assert!(other(b"POST /other HTTP/1.1\r\ncontent-length: 2\r\n\r\n"));
         assert!(other(b"POST /mcp?x=1 HTTP/1.1\r\ncontent-length: 2\r\n\r\n"));
+        assert!(other(b"POST http://127.0.0.1/mcp HTTP/1.1\r\ncontent-length: 2\r\n\r\n"));
         assert!(other(b"POST /mcp HTTP/1.0\r\ncontent-length: 2\r\n\r\n"));
         assert!(other(b"POST /mcp HTTP/1.1\r\n\r\n"), "no length");
         assert!(other(b"POST /mcp HTTP/1.1\r\ncontent-length: 101\r\n\r\n"), "over the bound");
@@ -134,6 +167,7 @@ mod tests {
         assert!(other(b"POST /mcp HTTP/1.1\r\ncontent-length: +2\r\n\r\n"));
         assert!(other(b"POST /mcp HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n"));
         assert!(other(b"POST /mcp HTTP/1.1\r\ncontent-length: 2\r\nexpect: 100-continue\r\n\r\n"));
+        assert!(other(b"POST /mcp HTTP/1.1\r\ncontent-length: 2\r\nupgrade: websocket\r\n\r\n"));
         assert!(other(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"));
         assert!(other(b"POST /mcp HTTP/1.1\r\nbad header\r\n\r\n"));
     }

@@ -1,10 +1,16 @@
 //! Writing one response on the lean path as hyper would write it: the status line, the
 //! response's headers, `content-length` for a whole body or `transfer-encoding: chunked` for a
-//! stream, `date`; each chunk written as it comes with a buffer of its own size, every write
-//! bounded by the slow-listener time. While a stream is open the socket is read, so that a
-//! client that goes away ends it at once (as hyper's connection does).
+//! stream, `date`. A whole body goes out with its head in one vectored write of its pieces (a
+//! cached hit's stored bytes are not copied); a stream's chunks are written as they come with
+//! a buffer of their own size. Every write is bounded by the slow-listener time. While a
+//! stream is open the socket is read, so that a client that goes away ends it at once (as
+//! hyper's connection does).
 
-use std::time::{Duration, SystemTime};
+use std::cell::RefCell;
+use std::io::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Buf, Bytes};
 
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http_body_util::{BodyExt, Either};
@@ -38,11 +44,12 @@ where
     let close = close || parts.headers.get(CONNECTION).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
     let done = if close { Ended::Close } else { Ended::KeepAlive };
     match body {
-        Either::Left(full) => {
-            let data = full.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
-            let mut out = head(&parts, Some(data.len()), close);
-            out.extend_from_slice(&data);
-            if write(io, &out, slow).await { done } else { Ended::Gone }
+        Either::Left(whole) => {
+            let [a, b, c] = whole.into_pieces();
+            let head = head(&parts, Some(a.len() + b.len() + c.len()), close);
+            drop(parts);
+            let mut out = Bytes::from(head).chain(a).chain(b).chain(c);
+            if matches!(timeout(slow, io.write_all_buf(&mut out)).await, Ok(Ok(()))) { done } else { Ended::Gone }
         }
         Either::Right(mut stream) => {
             // The response's header map is not kept for the stream's life.
@@ -61,7 +68,7 @@ where
                                 continue;
                             }
                             let mut out = Vec::with_capacity(data.len() + 12);
-                            out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+                            let _ = write!(out, "{:x}\r\n", data.len());
                             out.extend_from_slice(&data);
                             out.extend_from_slice(b"\r\n");
                             if !write(io, &out, slow).await {
@@ -105,18 +112,45 @@ fn head(parts: &http::response::Parts, length: Option<usize>, close: bool) -> Ve
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    match length {
-        Some(n) => out.extend_from_slice(format!("content-length: {n}\r\n").as_bytes()),
-        None => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
-    }
+    // hyper adds `connection: close` to the response's own headers, and writes the framing
+    // header after them.
     if close && !parts.headers.contains_key(CONNECTION) {
         out.extend_from_slice(b"connection: close\r\n");
     }
+    match length {
+        // No length on a status that cannot have a body, as hyper.
+        Some(_) if matches!(parts.status, http::StatusCode::NO_CONTENT | http::StatusCode::NOT_MODIFIED) => {}
+        Some(n) => {
+            let _ = write!(out, "content-length: {n}\r\n");
+        }
+        None => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+    }
     if !parts.headers.contains_key(DATE) {
-        out.extend_from_slice(format!("date: {}\r\n", httpdate::fmt_http_date(SystemTime::now())).as_bytes());
+        out.extend_from_slice(b"date: ");
+        date(&mut out);
+        out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
     out
+}
+
+thread_local! {
+    /// The `date` value of the current second, formatted once per second per thread (as
+    /// hyper caches its own).
+    static NOW: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+}
+
+/// Appends the HTTP date of now to `out`.
+fn date(out: &mut Vec<u8>) {
+    let now = SystemTime::now();
+    let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    NOW.with_borrow_mut(|(at, text)| {
+        if *at != second {
+            *at = second;
+            *text = httpdate::fmt_http_date(now);
+        }
+        out.extend_from_slice(text.as_bytes());
+    });
 }
 
 #[cfg(test)]
@@ -150,6 +184,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_body_in_pieces_goes_out_whole_after_its_head() {
+        let resp = Response::new(crate::downstream::body::pieces([
+            Bytes::from_static(b"{\"a\":"),
+            Bytes::new(),
+            Bytes::from_static(b"[1,2]}"),
+        ]));
+        let (ended, out) = written(resp, true).await;
+        assert_eq!(ended, Ended::Close);
+        let (head, body) = out.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 11\r\ndate: "), "{head}");
+        assert_eq!(body, "{\"a\":[1,2]}");
+        let date = head.split("date: ").nth(1).unwrap();
+        assert!(httpdate::parse_http_date(date).is_ok(), "{date}");
+    }
+
+    #[tokio::test]
+    async fn a_status_without_a_body_has_no_length() {
+        let mut resp = Response::new(full(Bytes::new()));
+        *resp.status_mut() = StatusCode::NO_CONTENT;
+        let (_, out) = written(resp, false).await;
+        assert!(out.starts_with("HTTP/1.1 204 No Content\r\ndate: "), "{out}");
+    }
+
+    #[tokio::test]
     async fn a_stream_is_chunked_and_ends_with_the_last_chunk() {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         tx.send(Bytes::from_static(b"data: a\n\n")).await.unwrap();
@@ -159,7 +217,7 @@ mod tests {
         let (ended, out) = written(resp, true).await;
         assert_eq!(ended, Ended::Close);
         let (head, body) = out.split_once("\r\n\r\n").unwrap();
-        assert!(head.contains("\r\ntransfer-encoding: chunked\r\nconnection: close\r\n"), "{head}");
+        assert!(head.contains("\r\nconnection: close\r\ntransfer-encoding: chunked\r\n"), "{head}");
         assert_eq!(body, "9\r\ndata: a\n\n\r\n3\r\n:\n\n\r\n0\r\n\r\n");
     }
 
