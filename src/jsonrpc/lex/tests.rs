@@ -75,7 +75,7 @@ proptest! {
     #[test]
     fn valid_json_reads_whole_as_serde_does(value in json_value()) {
         for text in [value.to_string(), serde_json::to_string_pretty(&value).unwrap(), spaced(&value.to_string())] {
-            prop_assert_eq!(read(&text, MAX_DEPTH), Ok(text.as_str()));
+            prop_assert_eq!(read(&text, MAX_DEPTH), Ok(text.trim_end()));
         }
     }
 
@@ -84,7 +84,8 @@ proptest! {
         let value = Value::Object(map.into_iter().collect());
         for text in [value.to_string(), spaced(&value.to_string())] {
             let obj = RawObject::parse_str(&text).unwrap();
-            let want = value.as_object().unwrap();
+            // serde_json's own parse of the same text (its float parsing is not exact).
+            let want: serde_json::Map<String, Value> = serde_json::from_str(&text).unwrap();
             prop_assert_eq!(obj.len(), want.len());
             for (k, v) in obj.iter() {
                 let parsed: Value = serde_json::from_str(v.get()).unwrap();
