@@ -294,13 +294,13 @@ impl Endpoint {
             Err(r) => return respond::rejected(r),
         };
         crate::telemetry::record_method(checked.method);
-        crate::telemetry::continue_trace(&checked.meta, traced);
-        if super::progress::wanted(checked.method, &checked.meta) {
+        crate::telemetry::continue_trace(checked.meta, traced);
+        if super::progress::wanted(checked.method, checked.meta) {
             self.0.metrics.downstream(checked.method, "stream", started.elapsed().as_secs_f64());
             return super::progress::serve_http(self.0.router.clone(), self.0.hub.tracker(), body.clone(), principal);
         }
         if checked.method == crate::mcp::method::LISTEN {
-            return super::listen::open(&self.0.hub, &checked.id, &checked.params, &principal).unwrap_or_else(|e| {
+            return super::listen::open(&self.0.hub, &checked.id, checked.params, &principal).unwrap_or_else(|e| {
                 self.count_limit(&e);
                 respond::error(Some(&checked.id), e)
             });

@@ -100,7 +100,7 @@ impl Routing {
             upstream: self.0.upstreams[index].slot(),
             method,
             era: self.0.upstreams[index].cache_era(),
-            params: canonical_params_with(&call.params, key, value),
+            params: canonical_params_with(call.params, key, value),
         }
     }
 
@@ -118,7 +118,7 @@ impl Routing {
         Fut: Future<Output = Result<Fetched, Error>>,
     {
         let upstream = &self.by_slot(key.upstream);
-        if !self.0.cache.enabled() || !upstream.config().cache || is_mrtr_retry(&call.params) {
+        if !self.0.cache.enabled() || !upstream.config().cache || is_mrtr_retry(call.params) {
             telemetry::record_cache("bypass");
             return Ok(Served::fresh(fetch().await?, CacheStatus::Bypass));
         }

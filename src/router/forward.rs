@@ -26,7 +26,7 @@ enum Target {
 
 impl Routing {
     pub(super) async fn read(&self, call: &Call<'_>) -> Result<Answer, Error> {
-        let uri = required_str(&call.params, "uri")?;
+        let uri = required_str(call.params, "uri")?;
         let not_found = || Error::from(DownstreamError::ResourceNotFound { uri: uri.to_string() });
         let route = self.0.ns.route_uri(&uri).ok_or_else(not_found)?;
         let (candidates, upstream_uri) = route.candidates();
@@ -109,7 +109,7 @@ impl Routing {
     /// resumes it; a call whose client can answer questions goes the relaying path, where a
     /// legacy upstream's mid-call questions become `input_required`.
     pub(super) async fn call_named(&self, call: &Call<'_>) -> Result<Answer, Error> {
-        let name = required_str(&call.params, "name")?;
+        let name = required_str(call.params, "name")?;
         let kind = Named::of_call(call.method).expect("routed here for tools/call and prompts/get only");
         let unknown = || Error::from(DownstreamError::InvalidParams(format!("unknown {} `{name}`", kind.singular())));
         let Some(route) = self.0.ns.route_name(&name) else {

@@ -90,7 +90,7 @@ impl Routing {
             .call_relayed(
                 call.method,
                 &params,
-                relayable(&call.meta),
+                relayable(call.meta),
                 call.progress.as_ref(),
                 OnBehalf::Caller(call.principal),
             )

@@ -159,7 +159,7 @@ async fn serve(
         Ok(Body::Request(c)) => c,
         Err(r) => return Ok(rejected(r)),
     };
-    Ok(match sample.handle(checked.method, &checked.params).await {
+    Ok(match sample.handle(checked.method, checked.params).await {
         Handled::Result(v) => json(StatusCode::OK, encode_result(&checked.id, &serde_json::to_vec(&v).expect("json"))),
         Handled::Error(e) => {
             // The spec's error table: some errors have their own status (400 for -32021, …).

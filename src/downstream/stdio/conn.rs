@@ -118,7 +118,7 @@ impl Conn {
         } else {
             match validate::check_body(&msg) {
                 Ok(Body::Request(checked)) if checked.method == m::LISTEN => {
-                    return self.start_listen(&id, &checked.params).await;
+                    return self.start_listen(&id, checked.params).await;
                 }
                 Ok(_) => Route::Modern,
                 Err(r) => return self.send(&encode_error(r.id.as_ref(), &Error::from(r.error).to_jsonrpc().1)).await,
@@ -168,9 +168,9 @@ impl Conn {
             Route::Modern => {
                 let answer = match validate::check_body(msg) {
                     Ok(Body::Request(c)) => {
-                        crate::telemetry::continue_trace(&c.meta, false);
+                        crate::telemetry::continue_trace(c.meta, false);
                         let mut call = Call::new(c.method, c.params, c.meta, p);
-                        if progress::wanted(c.method, &call.meta) {
+                        if progress::wanted(c.method, call.meta) {
                             let (tx, rx) = progress::channel();
                             call.progress = Some(tx);
                             progress::relay(self.router.handle(&call), rx, |m| async move { self.send(&m).await }).await
