@@ -264,7 +264,9 @@ impl Authenticator {
             return Err(AuthError::Invalid(jwt::TokenError::UnknownKey));
         };
         let text = std::str::from_utf8(token).map_err(|_| AuthError::Invalid(jwt::TokenError::Malformed))?;
-        let identity = verifier.verify(text).await.map_err(AuthError::Invalid)?;
+        // Boxed: verifying may fetch the issuer's keys, whose future inline would be moved
+        // with every request's (an anonymous or API-key caller's too).
+        let identity = Box::pin(verifier.verify(text)).await.map_err(AuthError::Invalid)?;
         if !self.required_scopes.iter().all(|s| identity.scopes.contains(s)) {
             return Err(AuthError::InsufficientScope);
         }

@@ -205,14 +205,16 @@ impl Routing {
     /// Serves one downstream request.
     pub async fn handle(&self, call: &Call<'_>) -> Result<Answer, Error> {
         match call.method {
-            m::DISCOVER => Ok(self.discover(call).await),
+            // Boxed: what reaches an upstream has a large future, which inline would be moved
+            // with every request's (a cached read's too).
+            m::DISCOVER => Ok(Box::pin(self.discover(call)).await),
             m::RESOURCES_LIST => self.list(call, List::Resources).await,
             m::RESOURCES_TEMPLATES_LIST => self.list(call, List::Templates).await,
             m::TOOLS_LIST => self.list(call, List::Tools).await,
             m::PROMPTS_LIST => self.list(call, List::Prompts).await,
             m::RESOURCES_READ => self.read(call).await,
-            m::TOOLS_CALL | m::PROMPTS_GET => self.call_named(call).await,
-            m::COMPLETE => self.complete(call).await,
+            m::TOOLS_CALL | m::PROMPTS_GET => Box::pin(self.call_named(call)).await,
+            m::COMPLETE => Box::pin(self.complete(call)).await,
             other => Err(DownstreamError::MethodNotFound(other.to_owned()).into()),
         }
     }

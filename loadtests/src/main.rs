@@ -76,6 +76,10 @@ enum Command {
         /// with `callgrind_annotate`.
         #[arg(long)]
         keep: Option<PathBuf>,
+        /// Serve the reads with hyper (`[listen] lean_requests = false`) instead of the lean
+        /// path, to compare the two.
+        #[arg(long)]
+        hyper_path: bool,
     },
     /// Start a scenario's proxy (cache warmed) and ceiling for an outside load generator
     /// (wrk, oha): prints `proxy URL`, `ceiling URL`, `keys N`, `ready`; stops when stdin
@@ -148,14 +152,14 @@ fn load_all(args: &[String]) -> Result<Vec<Scenario>> {
 async fn main() -> Result<()> {
     match Cli::parse().command {
         Command::ServeCeiling { body } => resmux_load::ceiling::serve_child(&body).await?,
-        Command::Instructions { resmux, valgrind, reads, resource_bytes, budget, json, keep } => {
+        Command::Instructions { resmux, valgrind, reads, resource_bytes, budget, json, keep, hyper_path } => {
             use resmux_load::instructions::{self as ins, Budget, Options};
             let budget = Budget::load(&budget)?;
             let Placement::Processes { resmux, .. } = Placement::processes(resmux)? else { unreachable!() };
             if !resmux.is_file() {
                 bail!("no resmux binary at {}: `cargo build --release -p resmux -p resmux-load`", resmux.display());
             }
-            let opts = Options { resmux, valgrind, small: reads[0], large: reads[1], resource_bytes, keep };
+            let opts = Options { resmux, valgrind, small: reads[0], large: reads[1], resource_bytes, keep, hyper_path };
             let measured = ins::measure(&opts).await?;
             println!(
                 "runs: {} reads -> {} instructions, {} reads -> {} instructions",

@@ -231,10 +231,11 @@ impl Endpoint {
         // endpoint's 405.
         if let Some(session) = req.headers().get(&mcp::header_name::SESSION_ID) {
             if req.method() == Method::GET {
-                return legacy::http::get(&self.0.legacy, &self.0.sessions, req.headers(), session, &principal).await;
+                let get = legacy::http::get(&self.0.legacy, &self.0.sessions, req.headers(), session, &principal);
+                return Box::pin(get).await;
             }
             if req.method() == Method::DELETE {
-                return legacy::http::delete(&self.0.sessions, session, &principal).await;
+                return Box::pin(legacy::http::delete(&self.0.sessions, session, &principal)).await;
             }
         }
         if req.method() != Method::POST {
@@ -281,11 +282,12 @@ impl Endpoint {
         if maybe_legacy && !validate::is_modern(&msg) {
             crate::telemetry::record_method(msg.method());
             if msg.kind == Kind::Request && msg.method() == legacy_method::INITIALIZE {
-                return legacy::http::initialize(&self.0.legacy, &self.0.sessions, &msg, &principal).await;
+                return Box::pin(legacy::http::initialize(&self.0.legacy, &self.0.sessions, &msg, &principal)).await;
             }
             if let Some(session) = parts.headers.get(&mcp::header_name::SESSION_ID) {
-                return legacy::http::post(&self.0.legacy, &self.0.sessions, &parts.headers, session, &msg, &principal)
-                    .await;
+                let post =
+                    legacy::http::post(&self.0.legacy, &self.0.sessions, &parts.headers, session, &msg, &principal);
+                return Box::pin(post).await;
             }
         }
         let checked = match validate::check(&parts.headers, &msg) {

@@ -20,7 +20,7 @@ use std::error::Error as StdError;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::Uri;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
@@ -31,8 +31,8 @@ use hyper_util::server::graceful::Watcher;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
+use self::head::Parsed;
 pub(super) use self::head::Takes;
-use self::head::{Head, Parsed};
 use self::rewind::Rewind;
 use self::write::Ended;
 use super::Endpoint;
@@ -81,7 +81,7 @@ where
     S::ResBody: 'static,
     <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn StdError + Send + Sync>>,
 {
-    let mut buf = Vec::new();
+    let mut buf = BytesMut::new();
     loop {
         // Boxed: reading and answering a request takes a moment; only the response's write
         // (a listen's stream) is held for long, so only its state stays allocated.
@@ -96,8 +96,10 @@ where
         };
         if matches!(resp.body(), Either::Right(_)) || buf.capacity() > KEEP_BUFFER {
             // A stream may be open for hours: it keeps only what was pipelined behind it.
-            buf.shrink_to(if matches!(resp.body(), Either::Right(_)) { 0 } else { FIRST_READ });
+            buf = BytesMut::from(&buf[..]);
         }
+        // At shutdown the answer says the connection closes, as hyper's graceful shutdown does.
+        let close = close || lean.cancel.is_cancelled();
         let ended = write::response(&mut io, *resp, close, lean.endpoint.slow_write(), &mut buf).await;
         drop(in_flight);
         if ended != Ended::KeepAlive || lean.cancel.is_cancelled() {
@@ -110,18 +112,18 @@ where
 /// What became of a connection's next request.
 enum Next {
     /// Not the lean path's: hyper serves it from these bytes on.
-    HandOff(Vec<u8>),
+    HandOff(BytesMut),
     /// Over (the client went away, or the shutdown came first).
     Done,
     /// Answered: `resp` is to be written (`close`: the client asked to close after it),
     /// `rest` is the connection's buffer with what was read past the request, and the request
     /// stays in flight until written.
-    Serve { resp: Box<super::respond::Resp>, close: bool, rest: Vec<u8>, in_flight: InFlight },
+    Serve { resp: Box<super::respond::Resp>, close: bool, rest: BytesMut, in_flight: InFlight },
 }
 
 /// Reads the next request into `buf` (which may hold some of it already); answers it when
 /// the lean path takes it.
-async fn next_request<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, lean: &Lean, mut buf: Vec<u8>) -> Next {
+async fn next_request<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, lean: &Lean, mut buf: BytesMut) -> Next {
     let max_body = MAX_LEAN_BODY.min(lean.endpoint.max_body());
     let head = loop {
         match head::parse(&buf, &lean.uri, lean.takes, max_body) {
@@ -156,15 +158,22 @@ async fn next_request<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, lean: &Lean
         Ok(false) => return Next::Done,
         Err(_) => {
             let resp = lean.endpoint.body_timed_out();
-            write::response(io, resp, true, lean.endpoint.slow_write(), &mut Vec::new()).await;
+            Box::pin(write::response(io, resp, true, lean.endpoint.slow_write(), &mut BytesMut::new())).await;
             return Next::Done;
         }
     }
-    let body = Bytes::copy_from_slice(&buf[head.head_len..need]);
-    buf.drain(..need);
-    let Head { request, close, .. } = *head;
+    // The request's bytes, frozen: its header values and body are slices of them.
+    let bytes = buf.split_to(need).freeze();
+    let Some(request) = head.request(&bytes, &lean.uri) else {
+        // A header `http` refuses: hyper answers it (400) from these bytes on.
+        let mut read = BytesMut::from(&bytes[..]);
+        read.extend_from_slice(&buf);
+        return Next::HandOff(read);
+    };
+    let body = bytes.slice(head.head_len..);
+    drop(bytes);
     let resp = lean.endpoint.serve_from(request.map(|()| Full::new(body)), Some(lean.peer.ip())).await;
-    Next::Serve { resp: Box::new(resp), close, rest: buf, in_flight }
+    Next::Serve { resp: Box::new(resp), close: head.close, rest: buf, in_flight }
 }
 
 /// The outcome of one read.
@@ -177,7 +186,7 @@ enum Read {
 
 /// Reads more of the request into `buf`, doubling its capacity when full.
 /// Stops early when `cancel` fires.
-async fn read_more<T: AsyncRead + Unpin>(io: &mut T, buf: &mut Vec<u8>, cancel: Option<&CancellationToken>) -> Read {
+async fn read_more<T: AsyncRead + Unpin>(io: &mut T, buf: &mut BytesMut, cancel: Option<&CancellationToken>) -> Read {
     if buf.len() == buf.capacity() {
         buf.reserve(buf.capacity().max(FIRST_READ));
     }
@@ -198,7 +207,7 @@ async fn read_more<T: AsyncRead + Unpin>(io: &mut T, buf: &mut Vec<u8>, cancel: 
 }
 
 /// hyper serves the connection from here on, starting with the bytes already read.
-async fn hand_off<T, S>(read: Vec<u8>, io: T, lean: Lean, service: S) -> Result<(), hyper::Error>
+async fn hand_off<T, S>(read: BytesMut, io: T, lean: Lean, service: S) -> Result<(), hyper::Error>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: HttpService<Incoming>,
@@ -206,7 +215,7 @@ where
     S::ResBody: 'static,
     <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn StdError + Send + Sync>>,
 {
-    let io = TokioIo::new(Rewind::new(Bytes::from(read), io));
+    let io = TokioIo::new(Rewind::new(read.freeze(), io));
     // Boxed: the lean task stays small while it holds a stream; hyper's state is allocated
     // only for a connection that uses it.
     Box::pin(lean.watcher.watch(lean.http1.serve_connection(io, service))).await

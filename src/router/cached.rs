@@ -120,7 +120,7 @@ impl Routing {
         let upstream = &self.by_slot(key.upstream);
         if !self.0.cache.enabled() || !upstream.config().cache || is_mrtr_retry(call.params) {
             telemetry::record_cache("bypass");
-            return Ok(Served::fresh(fetch().await?, CacheStatus::Bypass));
+            return Ok(Served::fresh(Box::pin(fetch()).await?, CacheStatus::Bypass));
         }
         // Whose private entries these are: computed once, and only when the public partition
         // has nothing (for an anonymous caller it is a digest of the request's `_meta`).
@@ -135,7 +135,27 @@ impl Routing {
             Lookup::Stale(entry) => Some(entry),
             Lookup::Miss => None,
         };
-        let principal = owner_of();
+        let principal = owner_of().clone();
+        // The miss path, boxed: the upstream fetch's future is large, and inline it would be
+        // moved with every request's future (a cached hit's too).
+        Box::pin(self.through_flight(key, uri, stale, principal, fetch)).await
+    }
+
+    /// A miss (or a stale entry): one flight per key fetches it for all concurrent callers.
+    async fn through_flight<F, Fut>(
+        &self,
+        key: BaseKey,
+        uri: Option<&str>,
+        stale: Option<std::sync::Arc<crate::cache::Entry>>,
+        principal: Owner,
+        fetch: F,
+    ) -> Result<Served, Error>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<Fetched, Error>>,
+    {
+        let upstream = &self.by_slot(key.upstream);
+        let principal = &principal;
         // One flight per key for everyone first (a public answer is shared by all callers).
         let flight = key.clone().in_partition(Partition::Public);
         let (mut outcome, mut led) =

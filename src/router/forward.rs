@@ -44,7 +44,8 @@ impl Routing {
                 relay = slot.take();
                 if relay.is_none() {
                     // Another caller of the flight took the stream: this one reads its own.
-                    served = Served::fresh(self.fetch_read(call, index, upstream_uri).await?, CacheStatus::Bypass);
+                    let fetched = Box::pin(self.fetch_read(call, index, upstream_uri)).await?;
+                    served = Served::fresh(fetched, CacheStatus::Bypass);
                     relay = if let Got::Streamed(slot) = &served.got { slot.take() } else { None };
                 }
             }

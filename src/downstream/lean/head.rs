@@ -2,6 +2,9 @@
 //! decides whether the lean path serves the request or hands the connection to hyper, so no
 //! body is read twice.
 
+use std::ops::Range;
+
+use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING, UPGRADE};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version};
 
@@ -36,14 +39,36 @@ pub(super) enum Parsed {
     Other,
 }
 
-/// A parsed head: the request without its body, where its body starts, and its length.
+/// A parsed head: where its headers are, where its body starts, and its length. The request
+/// itself is built by [`Head::request`] from the request's bytes once they are all in, with
+/// every header value a slice of them (no copy).
 #[derive(Debug)]
 pub(super) struct Head {
-    pub request: Request<()>,
+    /// Each header's name and value, as ranges of the request's bytes.
+    headers: Vec<(Range<usize>, Range<usize>)>,
     pub head_len: usize,
     pub body_len: usize,
     /// The client asked to close the connection after this exchange.
     pub close: bool,
+}
+
+impl Head {
+    /// The request (without its body) whose bytes, head and body, are `bytes`, to `uri`;
+    /// `None` when a header name or value is not one `http` accepts (hyper's to refuse).
+    pub fn request(&self, bytes: &Bytes, uri: &Uri) -> Option<Request<()>> {
+        let mut map = HeaderMap::with_capacity(self.headers.len());
+        for (name, value) in &self.headers {
+            let name = HeaderName::from_bytes(&bytes[name.clone()]).ok()?;
+            let value = HeaderValue::from_maybe_shared(bytes.slice(value.clone())).ok()?;
+            map.append(name, value);
+        }
+        let mut request = Request::new(());
+        *request.method_mut() = Method::POST;
+        *request.version_mut() = Version::HTTP_11;
+        *request.uri_mut() = uri.clone();
+        *request.headers_mut() = map;
+        Some(request)
+    }
 }
 
 /// Parses `buf` as the start of a request to `uri` (the endpoint's path) that `takes` covers,
@@ -59,47 +84,43 @@ pub(super) fn parse(buf: &[u8], uri: &Uri, takes: Takes, max_body: usize) -> Par
     if req.method != Some("POST") || req.path != Some(uri.path()) || req.version != Some(1) {
         return Parsed::Other;
     }
-    let mut map = HeaderMap::with_capacity(req.headers.len());
+    // Where a slice httparse returned lies in `buf`.
+    let at = |part: &[u8]| {
+        let start = part.as_ptr() as usize - buf.as_ptr() as usize;
+        start..start + part.len()
+    };
+    let mut ranges = Vec::with_capacity(req.headers.len());
     let mut body_len = None;
     let mut method = None;
     let mut close = false;
     for h in req.headers.iter() {
-        let (Ok(name), Ok(value)) = (HeaderName::from_bytes(h.name.as_bytes()), HeaderValue::from_bytes(h.value))
-        else {
-            return Parsed::Other;
-        };
-        if name == TRANSFER_ENCODING || name == EXPECT || name == UPGRADE {
+        let (name, value) = (h.name.as_bytes(), h.value);
+        let is = |n: &HeaderName| name.eq_ignore_ascii_case(n.as_str().as_bytes());
+        if is(&TRANSFER_ENCODING) || is(&EXPECT) || is(&UPGRADE) {
             return Parsed::Other;
         }
-        if name.as_str() == H_METHOD {
+        if name.eq_ignore_ascii_case(H_METHOD.as_bytes()) {
             if method.is_some() {
                 return Parsed::Other;
             }
-            method = Some(h.value);
-        }
-        if name == CONTENT_LENGTH {
+            method = Some(value);
+        } else if is(&CONTENT_LENGTH) {
             // Exactly one plain decimal length; anything else is hyper's to judge.
-            let n =
-                std::str::from_utf8(h.value).ok().filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
+            let n = std::str::from_utf8(value).ok().filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
             match (body_len, n.and_then(|v| v.parse::<usize>().ok())) {
                 (None, Some(n)) if n <= max_body => body_len = Some(n),
                 _ => return Parsed::Other,
             }
+        } else if is(&CONNECTION) {
+            close |=
+                std::str::from_utf8(value).is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")));
         }
-        if name == CONNECTION {
-            close |= value.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")));
-        }
-        map.append(name, value);
+        ranges.push((at(name), at(value)));
     }
     let listen = method == Some(LISTEN.as_bytes());
     let taken = if listen { takes.listens } else { takes.requests };
     let (Some(body_len), true) = (body_len, taken) else { return Parsed::Other };
-    let mut request = Request::new(());
-    *request.method_mut() = Method::POST;
-    *request.version_mut() = Version::HTTP_11;
-    *request.uri_mut() = uri.clone();
-    *request.headers_mut() = map;
-    Parsed::Lean(Box::new(Head { request, head_len, body_len, close }))
+    Parsed::Lean(Box::new(Head { headers: ranges, head_len, body_len, close }))
 }
 
 #[cfg(test)]
@@ -120,7 +141,7 @@ mod tests {
     }
 
     fn lean(raw: &[u8], takes: Takes) -> bool {
-        matches!(parse(raw, &mcp(), takes, 100), Parsed::Lean(_))
+        matches!(parse(raw, &mcp(), takes, 100), Parsed::Lean(head) if head.request(&Bytes::copy_from_slice(raw), &mcp()).is_some())
     }
 
     #[test]
@@ -129,8 +150,11 @@ mod tests {
         assert_eq!(head.head_len, LISTEN_HEAD.len() - 2);
         assert_eq!(head.body_len, 2);
         assert!(head.close);
-        assert_eq!(head.request.headers()["content-type"], "application/json");
-        assert_eq!(head.request.uri().path(), "/mcp");
+        let request = head.request(&Bytes::from_static(LISTEN_HEAD), &mcp()).expect("valid headers");
+        assert_eq!(request.headers()["content-type"], "application/json");
+        assert_eq!(request.headers()["mcp-method"], "subscriptions/listen");
+        assert_eq!(request.headers().len(), 5);
+        assert_eq!(request.uri().path(), "/mcp");
         assert!(matches!(parse(&LISTEN_HEAD[..20], &mcp(), LISTENS, 100), Parsed::Partial));
         let Parsed::Lean(head) = parse(READ_HEAD, &mcp(), REQUESTS, 100) else { panic!("not lean") };
         assert!(!head.close, "HTTP/1.1 keeps the connection by default");
@@ -170,5 +194,12 @@ mod tests {
         assert!(other(b"POST /mcp HTTP/1.1\r\ncontent-length: 2\r\nupgrade: websocket\r\n\r\n"));
         assert!(other(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"));
         assert!(other(b"POST /mcp HTTP/1.1\r\nbad header\r\n\r\n"));
+        // A value httparse lets through but `http` refuses (a DEL byte): no request.
+        let odd = b"POST /mcp HTTP/1.1\r\nmcp-method: resources/read\r\nx: a\x7fb\r\ncontent-length: 0\r\n\r\n";
+        match parse(odd, &mcp(), BOTH, 100) {
+            Parsed::Other => {}
+            Parsed::Lean(head) => assert!(head.request(&Bytes::from_static(odd), &mcp()).is_none()),
+            Parsed::Partial => panic!("a whole head"),
+        }
     }
 }

@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::io::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::{Buf, Bytes};
+use bytes::{Buf, Bytes, BytesMut};
 
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http_body_util::{BodyExt, Either};
@@ -36,7 +36,7 @@ pub(super) enum Ended {
 
 /// Writes `resp` to `io`; `close` when the request asked for the connection to close.
 /// Bytes read meanwhile go to `rest`.
-pub(super) async fn response<T>(io: &mut T, resp: Resp, close: bool, slow: Duration, rest: &mut Vec<u8>) -> Ended
+pub(super) async fn response<T>(io: &mut T, resp: Resp, close: bool, slow: Duration, rest: &mut BytesMut) -> Ended
 where
     T: AsyncRead + AsyncWrite + Unpin,
 {
@@ -162,7 +162,7 @@ mod tests {
 
     async fn written(resp: Resp, close: bool) -> (Ended, String) {
         let (mut a, mut b) = tokio::io::duplex(1 << 16);
-        let mut rest = Vec::new();
+        let mut rest = BytesMut::new();
         let ended = response(&mut a, resp, close, Duration::from_secs(5), &mut rest).await;
         drop(a);
         let mut out = String::new();
@@ -227,7 +227,7 @@ mod tests {
         let (_tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
         drop(b);
         let resp = Response::new(channel(rx));
-        let mut rest = Vec::new();
+        let mut rest = BytesMut::new();
         let ended = response(&mut a, resp, false, Duration::from_secs(5), &mut rest).await;
         assert_eq!(ended, Ended::Gone);
     }
