@@ -76,10 +76,10 @@ enum Command {
         /// with `callgrind_annotate`.
         #[arg(long)]
         keep: Option<PathBuf>,
-        /// Serve the reads with hyper (`[listen] lean_requests = false`) instead of the lean
-        /// path, to compare the two.
+        /// Serve the reads on the lean path (`[listen] lean_requests = true`) instead of
+        /// hyper's (the default), to compare the two.
         #[arg(long)]
-        hyper_path: bool,
+        lean_requests: bool,
     },
     /// Start a scenario's proxy (cache warmed) and ceiling for an outside load generator
     /// (wrk, oha): prints `proxy URL`, `ceiling URL`, `keys N`, `ready`; stops when stdin
@@ -152,14 +152,15 @@ fn load_all(args: &[String]) -> Result<Vec<Scenario>> {
 async fn main() -> Result<()> {
     match Cli::parse().command {
         Command::ServeCeiling { body } => resmux_load::ceiling::serve_child(&body).await?,
-        Command::Instructions { resmux, valgrind, reads, resource_bytes, budget, json, keep, hyper_path } => {
+        Command::Instructions { resmux, valgrind, reads, resource_bytes, budget, json, keep, lean_requests } => {
             use resmux_load::instructions::{self as ins, Budget, Options};
             let budget = Budget::load(&budget)?;
             let Placement::Processes { resmux, .. } = Placement::processes(resmux)? else { unreachable!() };
             if !resmux.is_file() {
                 bail!("no resmux binary at {}: `cargo build --release -p resmux -p resmux-load`", resmux.display());
             }
-            let opts = Options { resmux, valgrind, small: reads[0], large: reads[1], resource_bytes, keep, hyper_path };
+            let opts =
+                Options { resmux, valgrind, small: reads[0], large: reads[1], resource_bytes, keep, lean_requests };
             let measured = ins::measure(&opts).await?;
             println!(
                 "runs: {} reads -> {} instructions, {} reads -> {} instructions",
