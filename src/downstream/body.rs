@@ -24,14 +24,9 @@ pub struct Pieces {
 
 impl Pieces {
     /// The pieces not yet taken as frames, to be written without going through frames.
-    pub(super) fn into_pieces(self) -> [Bytes; 3] {
-        let [a, b, c] = self.pieces;
-        match self.next {
-            0 => [a, b, c],
-            1 => [Bytes::new(), b, c],
-            2 => [Bytes::new(), Bytes::new(), c],
-            _ => Default::default(),
-        }
+    pub(super) fn into_pieces(mut self) -> [Bytes; 3] {
+        self.pieces[..self.next.min(3)].fill(Bytes::new());
+        self.pieces
     }
 }
 
