@@ -78,9 +78,9 @@ fn hit_path(c: &mut Criterion) {
                 // A key per request, as the router builds one (the params copied once).
                 let key = keys[zipf.next()].clone();
                 match cache.lookup(&key, || &principal) {
-                    Lookup::Fresh(entry) => {
+                    Lookup::Fresh { entry, age } => {
                         let Stored::Result { tail } = &entry.stored else { unreachable!() };
-                        let result = splice_ttl(tail, entry.remaining_ms());
+                        let result = splice_ttl(tail, entry.remaining_ms(age));
                         black_box(encode_result_pieces(&id, &result).iter().map(|p| p.len()).sum::<usize>())
                     }
                     _ => unreachable!("every key is cached"),

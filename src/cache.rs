@@ -28,8 +28,11 @@ use crate::config::CacheConfig;
 
 /// What a lookup found.
 pub enum Lookup {
-    /// A fresh entry: serve it.
-    Fresh(Arc<Entry>),
+    /// A fresh entry, `age` old: serve it.
+    Fresh {
+        entry: Arc<Entry>,
+        age: Duration,
+    },
     /// An entry past its TTL (or invalidated) but inside the stale-if-error window: serve it
     /// only if a refetch fails.
     Stale(Arc<Entry>),
@@ -106,7 +109,7 @@ impl Cache {
     /// its `_meta`, which a public hit does not need). Borrowed keys: nothing is cloned.
     pub fn lookup<'o>(&self, base: &BaseKey, owner: impl FnOnce() -> &'o Owner) -> Lookup {
         let public = KeyRef { base, partition: PartitionRef::Public };
-        if let found @ (Lookup::Fresh(_) | Lookup::Stale(_)) = self.lookup_one(public) {
+        if let found @ (Lookup::Fresh { .. } | Lookup::Stale(_)) = self.lookup_one(public) {
             return found;
         }
         self.lookup_one(KeyRef { base, partition: PartitionRef::Private(owner()) })
@@ -120,7 +123,7 @@ impl Cache {
         let age = now.saturating_duration_since(entry.stored_at);
         let current = self.0.epochs.is_current(&entry.ticket);
         if current && age < entry.ttl {
-            Lookup::Fresh(entry)
+            Lookup::Fresh { entry, age }
         } else if age < entry.ttl + entry.stale_window {
             Lookup::Stale(entry)
         } else {
@@ -245,9 +248,9 @@ mod tests {
         let stored = Stored::result(b"{}").unwrap();
         assert!(cache.store(key(), Partition::Public, stored, Duration::from_secs(1), ticket, None));
         let owner = Owner::Anonymous([0; 16]);
-        assert!(matches!(cache.lookup(&key(), || &owner), Lookup::Fresh(_)));
+        assert!(matches!(cache.lookup(&key(), || &owner), Lookup::Fresh { .. }));
         tokio::time::advance(Duration::from_millis(999)).await;
-        assert!(matches!(cache.lookup(&key(), || &owner), Lookup::Fresh(_)));
+        assert!(matches!(cache.lookup(&key(), || &owner), Lookup::Fresh { .. }));
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(matches!(cache.lookup(&key(), || &owner), Lookup::Stale(_)), "stale at its TTL");
         tokio::time::advance(Duration::from_secs(2)).await;
@@ -275,9 +278,9 @@ mod tests {
             asked.set(asked.get() + 1);
             o
         };
-        assert!(matches!(cache.lookup(&key(), || ask(&bob)), Lookup::Fresh(_)));
+        assert!(matches!(cache.lookup(&key(), || ask(&bob)), Lookup::Fresh { .. }));
         assert_eq!(asked.get(), 0, "a public hit needs no owner");
-        assert!(matches!(cache.lookup(&private, || ask(&alice)), Lookup::Fresh(_)));
+        assert!(matches!(cache.lookup(&private, || ask(&alice)), Lookup::Fresh { .. }));
         assert!(matches!(cache.lookup(&private, || ask(&bob)), Lookup::Miss));
         assert_eq!(asked.get(), 2);
     }

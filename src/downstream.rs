@@ -47,6 +47,7 @@ macro_rules! write_through {
 use write_through;
 
 mod body;
+mod deadline;
 mod framing;
 mod http;
 mod lean;
@@ -56,6 +57,7 @@ mod listener;
 pub(crate) mod origin;
 mod per_ip;
 mod progress;
+mod quiet;
 pub mod rate;
 mod respond;
 pub mod stdio;

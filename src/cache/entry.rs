@@ -7,7 +7,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::epochs::Ticket;
-use crate::jsonrpc::{RawObject, Spliced};
+use crate::jsonrpc::{RawObject, Spliced, concat};
 
 /// A stored answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,13 +59,8 @@ impl Stored {
 pub fn splice_ttl(tail: &Bytes, ttl_ms: u64) -> Spliced {
     let mut digits = itoa::Buffer::new();
     let digits = digits.format(ttl_ms).as_bytes();
-    let mut head = Vec::with_capacity(digits.len() + 12);
-    head.extend_from_slice(b"{\"ttlMs\":");
-    head.extend_from_slice(digits);
-    if tail.first() != Some(&b'}') {
-        head.push(b',');
-    }
-    Spliced { head: Bytes::from(head), tail: tail.clone() }
+    let comma: &[u8] = if tail.first() == Some(&b'}') { b"" } else { b"," };
+    Spliced { head: concat(&[b"{\"ttlMs\":", digits, comma]), tail: tail.clone() }
 }
 
 /// One cache entry.
@@ -93,15 +88,14 @@ impl Entry {
         std::mem::size_of::<Self>() + self.stored.len()
     }
 
-    /// Time left until it goes stale, in milliseconds (0 once stale).
-    pub fn remaining_ms(&self) -> u64 {
-        let age = Instant::now().saturating_duration_since(self.stored_at);
-        self.ttl.saturating_sub(age).as_millis() as u64
+    /// Time since it was fetched.
+    pub fn age(&self) -> Duration {
+        Instant::now().saturating_duration_since(self.stored_at)
     }
 
-    /// Whole seconds since it was fetched (the HTTP `Age`).
-    pub fn age_secs(&self) -> u64 {
-        Instant::now().saturating_duration_since(self.stored_at).as_secs()
+    /// Time left until it goes stale at `age`, in milliseconds (0 once stale).
+    pub fn remaining_ms(&self, age: Duration) -> u64 {
+        self.ttl.saturating_sub(age).as_millis() as u64
     }
 }
 
@@ -138,10 +132,11 @@ mod tests {
             public: true,
             watched: None,
         };
-        assert_eq!((entry.remaining_ms(), entry.age_secs()), (3000, 0));
+        let at = |entry: &Entry| (entry.remaining_ms(entry.age()), entry.age().as_secs());
+        assert_eq!(at(&entry), (3000, 0));
         tokio::time::advance(Duration::from_millis(1500)).await;
-        assert_eq!((entry.remaining_ms(), entry.age_secs()), (1500, 1));
+        assert_eq!(at(&entry), (1500, 1));
         tokio::time::advance(Duration::from_secs(5)).await;
-        assert_eq!((entry.remaining_ms(), entry.age_secs()), (0, 6));
+        assert_eq!(at(&entry), (0, 6));
     }
 }

@@ -27,8 +27,9 @@ pub struct Ticket {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Scope {
-    /// A read of the URI with this hash.
-    Uri(u64),
+    /// A read of the URI with this hash, taken when the upstream had had `changes` URI
+    /// changes.
+    Uri { hash: u64, changes: u64 },
     /// A list kind (index into the per-upstream list epochs).
     List(usize),
 }
@@ -40,6 +41,10 @@ pub struct Epochs {
     /// Per upstream: resources/list, templates, tools, prompts.
     lists: Vec<[AtomicU64; 4]>,
     uris: moka::sync::Cache<(u32, u64), u64>,
+    /// Per upstream: how many URI changes it has had. While it has not moved since a ticket
+    /// was taken, no URI epoch of that upstream can have moved either, so checking a read's
+    /// ticket costs an atomic load instead of a lookup in `uris`.
+    uri_changes: Vec<AtomicU64>,
     hasher: std::collections::hash_map::RandomState,
 }
 
@@ -70,6 +75,7 @@ impl Epochs {
             counter: AtomicU64::new(1),
             streams: (0..upstreams).map(|_| AtomicU64::new(0)).collect(),
             lists: (0..upstreams).map(|_| Default::default()).collect(),
+            uri_changes: (0..upstreams).map(|_| AtomicU64::new(0)).collect(),
             uris: moka::sync::Cache::builder()
                 .max_capacity(MAX_URI_EPOCHS)
                 .time_to_idle(Duration::from_secs(24 * 3600))
@@ -91,11 +97,14 @@ impl Epochs {
     pub fn ticket(&self, upstream: u32, method: CachedMethod, uri: Option<&str>) -> Ticket {
         let u = upstream as usize;
         let (scope, epoch) = match (method, uri) {
-            (CachedMethod::ResourcesRead, Some(uri)) => {
-                let h = self.uri_hash(uri);
-                (Scope::Uri(h), self.uris.get(&(upstream, h)).unwrap_or(0))
+            (CachedMethod::ResourcesRead, uri) => {
+                // The count first: a change that lands between the two loads leaves the
+                // ticket behind the count, so `is_current` looks the epoch up again.
+                let changes = self.uri_changes[u].load(Ordering::Acquire);
+                let hash = uri.map_or(0, |uri| self.uri_hash(uri));
+                let epoch = if uri.is_some() { self.uris.get(&(upstream, hash)).unwrap_or(0) } else { 0 };
+                (Scope::Uri { hash, changes }, epoch)
             }
-            (CachedMethod::ResourcesRead, None) => (Scope::Uri(0), 0),
             (m, _) => {
                 let i = list_index(m);
                 (Scope::List(i), self.lists[u][i].load(Ordering::Acquire))
@@ -108,7 +117,8 @@ impl Epochs {
     pub fn is_current(&self, t: &Ticket) -> bool {
         let u = t.upstream as usize;
         let epoch = match t.scope {
-            Scope::Uri(h) => self.uris.get(&(t.upstream, h)).unwrap_or(0),
+            Scope::Uri { changes, .. } if self.uri_changes[u].load(Ordering::Acquire) == changes => t.epoch,
+            Scope::Uri { hash, .. } => self.uris.get(&(t.upstream, hash)).unwrap_or(0),
             Scope::List(i) => self.lists[u][i].load(Ordering::Acquire),
         };
         epoch == t.epoch && self.streams[u].load(Ordering::Acquire) == t.stream
@@ -118,6 +128,8 @@ impl Epochs {
     pub fn uri_changed(&self, upstream: u32, uri: &str) {
         let h = self.uri_hash(uri);
         self.uris.insert((upstream, h), self.next());
+        // After the epoch, so that a ticket which sees the new count sees the new epoch too.
+        self.uri_changes[upstream as usize].fetch_add(1, Ordering::Release);
     }
 
     /// A `list_changed` notification: that list's pages go stale.
@@ -153,5 +165,23 @@ mod tests {
         assert!(!e.is_current(&read_b) && !e.is_current(&tools) && e.is_current(&other));
         // A ticket taken after the change is current.
         assert!(e.is_current(&e.ticket(0, CachedMethod::ResourcesRead, Some("a"))));
+    }
+
+    #[test]
+    fn a_read_stays_current_through_changes_of_other_uris_and_goes_stale_with_its_own() {
+        let e = Epochs::new(1);
+        let read_a = e.ticket(0, CachedMethod::ResourcesRead, Some("a"));
+        // Other URIs change: the count moves, so `a` is checked by its own epoch.
+        for n in 0..3 {
+            e.uri_changed(0, &format!("other{n}"));
+            assert!(e.is_current(&read_a), "after {n} other changes");
+        }
+        let after = e.ticket(0, CachedMethod::ResourcesRead, Some("a"));
+        e.uri_changed(0, "a");
+        assert!(!e.is_current(&read_a) && !e.is_current(&after));
+        // A ticket whose count is behind but whose epoch is the current one is current.
+        let fresh = e.ticket(0, CachedMethod::ResourcesRead, Some("a"));
+        let behind = Ticket { scope: Scope::Uri { hash: e.uri_hash("a"), changes: 0 }, ..fresh.clone() };
+        assert!(e.is_current(&fresh) && e.is_current(&behind));
     }
 }

@@ -13,6 +13,7 @@ use http::{HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use tracing::Instrument;
 
+use super::deadline::lazy_timeout;
 use super::legacy::{self, Legacy, SessionTable};
 use super::origin::OriginPolicy;
 use super::rate::{RateLimit, retry_after_secs};
@@ -261,8 +262,8 @@ impl Endpoint {
         // A body that trickles in holds the connection and its buffer: it gets `body_timeout`
         // from the head, then 408 and `Connection: close` (the unread rest is never parsed as
         // a next request).
-        let body = match tokio::time::timeout(self.0.body_timeout, Limited::new(body, self.0.max_body).collect()).await
-        {
+        // The timer is armed only if the body is not in by the second look (see `deadline`).
+        let body = match lazy_timeout(self.0.body_timeout, Limited::new(body, self.0.max_body).collect()).await {
             Ok(Ok(b)) => b.to_bytes(),
             Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
             Ok(Err(e)) => return plain(StatusCode::BAD_REQUEST, &format!("cannot read body: {e}")),

@@ -44,6 +44,7 @@ use tracing::Instrument;
 use super::Endpoint;
 use super::lean::{self, Lean, Takes};
 use super::per_ip::{IpSlot, PerIp};
+use super::quiet::Quiet;
 use super::watch::{Expired, Tracked, Watch, Watched};
 use crate::config::ListenConfig;
 use crate::error::DownstreamError;
@@ -261,7 +262,15 @@ where
 {
     {
         let Held { permit, slot, peer, watch, metrics, force } = held;
+        // The deadlines are polled only when they fire, not at every wake-up of the socket.
+        let deadlines = Quiet::new(async {
+            tokio::select! {
+                why = watch.expired() => Some(why),
+                _ = force.cancelled() => None,
+            }
+        });
         tokio::select! {
+            biased;
             r = conn => if let Err(e) = r {
                 let e = e.into();
                 match e.downcast_ref::<hyper::Error>() {
@@ -270,14 +279,16 @@ where
                 }
                 tracing::debug!(%peer, error = %e, "downstream connection ended with error");
             },
-            why = watch.expired() => {
-                match why {
-                    Expired::Header => metrics.rejection(Rejection::HeaderTimeout),
-                    Expired::Idle => metrics.idle_closed(),
+            stop = deadlines => match stop {
+                Some(why) => {
+                    match why {
+                        Expired::Header => metrics.rejection(Rejection::HeaderTimeout),
+                        Expired::Idle => metrics.idle_closed(),
+                    }
+                    tracing::debug!(%peer, ?why, "downstream connection timed out");
                 }
-                tracing::debug!(%peer, ?why, "downstream connection timed out");
-            }
-            _ = force.cancelled() => tracing::debug!(%peer, "downstream connection closed at the end of the drain"),
+                None => tracing::debug!(%peer, "downstream connection closed at the end of the drain"),
+            },
         }
         drop((permit, slot));
     }

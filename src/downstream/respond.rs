@@ -1,6 +1,8 @@
 //! Building downstream HTTP responses: JSON-RPC answers and errors with the statuses the
 //! spec's table prescribes, plain and empty responses.
 
+use std::sync::LazyLock;
+
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderName, HeaderValue, Response, StatusCode};
@@ -34,9 +36,33 @@ pub fn answer(id: &RequestId, answer: Answer) -> Resp {
     let h = resp.headers_mut();
     h.insert(H_CACHE, HeaderValue::from_static(answer.cache.as_str()));
     if let Some(age) = answer.age {
-        h.insert(http::header::AGE, HeaderValue::from(age));
+        h.insert(http::header::AGE, age_value(age));
     }
     resp
+}
+
+/// Ages below this many seconds come from a table made once.
+const AGES_KEPT: usize = 1024;
+
+/// The `Age` header's value for `secs`. `HeaderValue::from(u64)` allocates its text twice;
+/// a value below [`AGES_KEPT`] is a slice of one static text instead.
+fn age_value(secs: u64) -> HeaderValue {
+    static TEXT: LazyLock<(String, Vec<usize>)> = LazyLock::new(|| {
+        let mut text = String::new();
+        let mut ends = vec![0];
+        for n in 0..AGES_KEPT {
+            text.push_str(itoa::Buffer::new().format(n));
+            ends.push(text.len());
+        }
+        (text, ends)
+    });
+    match usize::try_from(secs) {
+        Ok(n) if n < AGES_KEPT => {
+            let (text, ends) = &*TEXT;
+            HeaderValue::from_static(&text[ends[n]..ends[n + 1]])
+        }
+        _ => HeaderValue::from(secs),
+    }
 }
 
 /// A validation failure.
@@ -80,6 +106,13 @@ mod tests {
     use crate::cache::{Stored, splice_ttl};
     use crate::router::CacheStatus;
     use http_body_util::BodyExt;
+
+    #[test]
+    fn ages_from_the_table_read_as_the_number() {
+        for secs in [0, 1, 9, 10, 99, 100, 999, 1000, 1023, 1024, 86_400, u64::MAX] {
+            assert_eq!(age_value(secs), HeaderValue::from(secs), "{secs}");
+        }
+    }
 
     #[tokio::test]
     async fn a_cached_result_goes_out_as_stored_not_copied() {

@@ -10,14 +10,17 @@
 //! request ends when it is dropped). [`Watch::expired`] resolves when a deadline passes; the
 //! connection's task then drops the connection, which closes the socket.
 //!
-//! The waiter is woken only when a hook sets a deadline *earlier* than the one it sleeps
+//! The waiter is woken only when a hook sets a deadline *earlier* than the time it sleeps
 //! towards (`target`): a head begun while it would wake after that head's deadline, a request
-//! ending while it would wake after the new idle deadline (or sleeps with none, a request
-//! having been in flight when it last looked). A request beginning only removes the deadline;
-//! the waiter finds that out when it wakes. With `header_timeout` below `idle_timeout` (the
-//! default), a busy keep-alive connection's waiter so wakes about once per `header_timeout`,
-//! finds the deadline moved and sleeps again, instead of being woken (and the connection's
-//! task polled) twice by every request.
+//! ending while it would wake after the new idle deadline. A request beginning only removes the
+//! deadline; the waiter finds that out when it wakes. The waiter never sleeps longer than
+//! `header_timeout` (a recheck): sleeping towards a later idle deadline, or with no deadline
+//! at all while a request is in flight, every next head or the end of every request would have
+//! to wake it. A busy keep-alive connection's waiter so wakes about once per `header_timeout`,
+//! finds the deadline moved and sleeps again, instead of being woken (and polled: see
+//! [`super::quiet`]) twice by every request. The price is that wake-up on quiet connections
+//! too: an idle one wakes `idle_timeout / header_timeout` times before it is closed (6 with
+//! the defaults), a listen stream, in flight for its whole life, once per `header_timeout`.
 
 use std::io;
 use std::pin::Pin;
@@ -51,14 +54,14 @@ pub struct Watch {
     head_at: AtomicU64,
     /// Milliseconds after `origin` since which nothing has been in flight.
     idle_at: AtomicU64,
-    /// Milliseconds after `origin` of the deadline [`Watch::expired`] sleeps towards;
-    /// [`NO_TARGET`] while it waits with none (a request in flight).
+    /// Milliseconds after `origin` of the time [`Watch::expired`] sleeps towards (a deadline,
+    /// or a recheck while a request is in flight); [`NO_TARGET`] before it first looked.
     target: AtomicU64,
     /// Wakes [`Watch::expired`] to recompute its deadline.
     changed: Notify,
 }
 
-/// `target` while the waiter has no deadline.
+/// `target` before the waiter first looked: every hook wakes it.
 const NO_TARGET: u64 = u64::MAX;
 
 impl Watch {
@@ -116,16 +119,25 @@ impl Watch {
         self.deadline_ms().map(|(ms, why)| (self.origin + Duration::from_millis(ms), why))
     }
 
-    /// Publishes the deadline the waiter is about to sleep towards and returns it. The state
-    /// is read again after publishing: a hook that read the previous `target` (and so did not
+    /// When the waiter is to wake, in milliseconds after `origin`, at `now`: the deadline, but
+    /// no later than a recheck `header_timeout` from now (the only time there is no deadline:
+    /// a request in flight). A next head's deadline then never falls before it.
+    fn wake_ms(&self, now: u64) -> u64 {
+        let recheck = now + self.header_timeout.as_millis() as u64;
+        self.deadline_ms().map_or(recheck, |(ms, _)| ms.min(recheck))
+    }
+
+    /// Publishes the time the waiter is about to sleep towards and returns it. The state is
+    /// read again after publishing: a hook that read the previous `target` (and so did not
     /// wake the waiter) changed the state before that second read, which then sees it.
-    fn publish(&self) -> Option<(Instant, Expired)> {
-        let mut due = self.deadline_ms();
+    fn publish(&self) -> Instant {
+        let now = self.now_ms();
+        let mut due = self.wake_ms(now);
         loop {
-            self.target.store(due.map_or(NO_TARGET, |(ms, _)| ms), SeqCst);
-            let again = self.deadline_ms();
+            self.target.store(due, SeqCst);
+            let again = self.wake_ms(now);
             if again == due {
-                return due.map(|(ms, why)| (self.origin + Duration::from_millis(ms), why));
+                return self.origin + Duration::from_millis(due);
             }
             due = again;
         }
@@ -135,18 +147,16 @@ impl Watch {
     pub async fn expired(&self) -> Expired {
         loop {
             let changed = self.changed.notified();
-            match self.publish() {
-                None => changed.await,
-                Some((at, _)) => tokio::select! {
-                    _ = changed => {}
-                    _ = tokio::time::sleep_until(at) => {
-                        if let Some((at, why)) = self.deadline()
-                            && at <= Instant::now()
-                        {
-                            return why;
-                        }
+            let at = self.publish();
+            tokio::select! {
+                _ = changed => {}
+                _ = tokio::time::sleep_until(at) => {
+                    if let Some((at, why)) = self.deadline()
+                        && at <= Instant::now()
+                    {
+                        return why;
                     }
-                },
+                }
             }
         }
     }
@@ -279,5 +289,33 @@ mod tests {
         let start = Instant::now();
         assert_eq!(waiter.await.unwrap(), Expired::Header);
         about(start.elapsed(), HEAD);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_connection_wakes_its_waiter_about_once_per_header_timeout() {
+        let w = Watch::new(HEAD, IDLE);
+        let polls = Arc::new(AtomicUsize::new(0));
+        let waiter = tokio::spawn({
+            let (w, polls) = (w.clone(), polls.clone());
+            async move {
+                let mut expired = std::pin::pin!(w.expired());
+                std::future::poll_fn(|cx| {
+                    polls.fetch_add(1, SeqCst);
+                    expired.as_mut().poll(cx)
+                })
+                .await
+            }
+        });
+        tokio::task::yield_now().await;
+        // 1,000 requests 100 ms apart: 100 s, ten header timeouts.
+        for _ in 0..1000 {
+            w.read();
+            drop(w.begin());
+            tokio::time::advance(Duration::from_millis(100)).await;
+        }
+        let polls = polls.load(SeqCst);
+        assert!(polls <= 40, "the waiter was polled {polls} times for 1,000 requests");
+        assert!(!waiter.is_finished(), "a busy connection expired");
+        waiter.abort();
     }
 }

@@ -11,16 +11,22 @@ pub fn write_json_string(out: &mut Vec<u8>, s: &str) {
     serde_json::to_writer(&mut *out, s).expect("writing to a Vec cannot fail");
 }
 
+/// `parts` back to back, in one allocation of exactly their length: `Bytes` takes a `Vec`
+/// whose length is its capacity as it is, where any other `Vec` costs it a second allocation.
+pub fn concat(parts: &[&[u8]]) -> Bytes {
+    let mut out = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        out.extend_from_slice(part);
+    }
+    Bytes::from(out)
+}
+
+const RESULT_OPEN: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":";
+const RESULT_FIELD: &[u8] = b",\"result\":";
+
 /// `{"jsonrpc":"2.0","id":ID,"result":RESULT}` with `result` spliced in verbatim.
 pub fn encode_result(id: &RequestId, result: &[u8]) -> Bytes {
-    let id = id.as_json().as_bytes();
-    let mut out = Vec::with_capacity(36 + id.len() + result.len());
-    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    out.extend_from_slice(id);
-    out.extend_from_slice(b",\"result\":");
-    out.extend_from_slice(result);
-    out.push(b'}');
-    Bytes::from(out)
+    concat(&[RESULT_OPEN, id.as_json().as_bytes(), RESULT_FIELD, result, b"}"])
 }
 
 /// A result's JSON text in two pieces written back to back: a short `head` made for this
@@ -53,23 +59,15 @@ impl Spliced {
         if self.tail.is_empty() {
             return self.head.clone();
         }
-        let mut out = Vec::with_capacity(self.len());
-        out.extend_from_slice(&self.head);
-        out.extend_from_slice(&self.tail);
-        Bytes::from(out)
+        concat(&[&self.head, &self.tail])
     }
 }
 
 /// [`encode_result`] as pieces to write back to back: the envelope and the result's head,
 /// the result's tail (shared, not copied), and the closing brace.
 pub fn encode_result_pieces(id: &RequestId, result: &Spliced) -> [Bytes; 3] {
-    let id = id.as_json().as_bytes();
-    let mut head = Vec::with_capacity(36 + id.len() + result.head.len());
-    head.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    head.extend_from_slice(id);
-    head.extend_from_slice(b",\"result\":");
-    head.extend_from_slice(&result.head);
-    [Bytes::from(head), result.tail.clone(), Bytes::from_static(b"}")]
+    let head = concat(&[RESULT_OPEN, id.as_json().as_bytes(), RESULT_FIELD, &result.head]);
+    [head, result.tail.clone(), Bytes::from_static(b"}")]
 }
 
 /// An error response; `id` is `null` when the request's id could not be read.

@@ -52,14 +52,15 @@ pub(super) struct Served {
 }
 
 impl Served {
-    fn from_entry(entry: &Entry, status: CacheStatus) -> Self {
-        let ttl_ms = entry.remaining_ms();
+    /// An answer from `entry`, `age` old.
+    fn from_entry(entry: &Entry, status: CacheStatus, age: Duration) -> Self {
+        let ttl_ms = entry.remaining_ms(age);
         let got = match &entry.stored {
             Stored::Result { tail } => Got::Result(splice_ttl(tail, ttl_ms)),
             Stored::Page { items, next, .. } => Got::Page { items: items.clone(), next: next.clone() },
             Stored::NotFound => Got::NotFound,
         };
-        Self { got, public: entry.public, ttl_ms, status, age: Some(entry.age_secs()) }
+        Self { got, public: entry.public, ttl_ms, status, age: Some(age.as_secs()) }
     }
 
     pub(super) fn fresh(f: Fetched, status: CacheStatus) -> Self {
@@ -127,10 +128,10 @@ impl Routing {
         let owner = std::sync::OnceLock::new();
         let owner_of = || owner.get_or_init(|| call.owner());
         let stale = match self.0.cache.lookup(&key, owner_of) {
-            Lookup::Fresh(entry) => {
+            Lookup::Fresh { entry, age } => {
                 upstream.meter().cache_hit(entry.public);
                 telemetry::record_cache("hit");
-                return Ok(Served::from_entry(&entry, CacheStatus::Hit));
+                return Ok(Served::from_entry(&entry, CacheStatus::Hit, age));
             }
             Lookup::Stale(entry) => Some(entry),
             Lookup::Miss => None,
@@ -183,7 +184,7 @@ impl Routing {
                 tracing::info!(upstream = %upstream.name(), error = %e, "serving stale entry after refetch failure");
                 upstream.meter().cache_stale(entry.public);
                 telemetry::record_cache("stale");
-                Ok(Served::from_entry(&entry, CacheStatus::Stale))
+                Ok(Served::from_entry(&entry, CacheStatus::Stale, entry.age()))
             }
             Err(e) => Err(e),
         }
