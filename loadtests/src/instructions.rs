@@ -70,9 +70,9 @@ pub struct Options {
     /// Where to keep each run's callgrind output (`callgrind.out.READS`, for
     /// `callgrind_annotate`); `None`: deleted after counting.
     pub keep: Option<PathBuf>,
-    /// Serve the reads on the lean path (`[listen] lean_requests = true`), to compare it with
-    /// hyper's (the default).
-    pub lean_requests: bool,
+    /// Serve the reads on hyper's path (`[listen] lean_requests = false`), to compare it with
+    /// the lean one (the default).
+    pub hyper_requests: bool,
 }
 
 /// One measurement.
@@ -106,12 +106,12 @@ pub async fn measure(opts: &Options) -> Result<Measured> {
     })
 }
 
-fn scenario(resource_bytes: usize, lean_requests: bool) -> Scenario {
+fn scenario(resource_bytes: usize, hyper_requests: bool) -> Scenario {
     let mut text = format!(
         "figure = \"instructions per cached read\"\nclients = 1\nresources = {KEYS}\nresource_bytes = {resource_bytes}\n"
     );
-    if lean_requests {
-        text.push_str("[proxy_config.listen]\nlean_requests = true\n");
+    if hyper_requests {
+        text.push_str("[proxy_config.listen]\nlean_requests = false\n");
     }
     Scenario::parse("instructions", &text).unwrap_or_else(|e| panic!("the built-in scenario is valid: {e:?}"))
 }
@@ -119,7 +119,7 @@ fn scenario(resource_bytes: usize, lean_requests: bool) -> Scenario {
 /// One run: start under callgrind, warm every key, `reads` counted hits, SIGTERM; the total
 /// instructions callgrind counted.
 async fn run_once(opts: &Options, reads: u64) -> Result<u64> {
-    let s = scenario(opts.resource_bytes, opts.lean_requests);
+    let s = scenario(opts.resource_bytes, opts.hyper_requests);
     let upstream = crate::servers::on_servers(resmux::sample::SampleHttp::start(
         resmux::sample::Sample::new(sample_spec(&s, 0)),
         ([127, 0, 0, 1], 0).into(),

@@ -76,10 +76,10 @@ enum Command {
         /// with `callgrind_annotate`.
         #[arg(long)]
         keep: Option<PathBuf>,
-        /// Serve the reads on the lean path (`[listen] lean_requests = true`) instead of
-        /// hyper's (the default), to compare the two.
+        /// Serve the reads on hyper's path (`[listen] lean_requests = false`) instead of the
+        /// lean one (the default), to compare the two.
         #[arg(long)]
-        lean_requests: bool,
+        hyper_requests: bool,
     },
     /// Start a scenario's proxy (cache warmed) and ceiling for an outside load generator
     /// (wrk, oha): prints `proxy URL`, `ceiling URL`, `keys N`, `ready`; stops when stdin
@@ -152,7 +152,7 @@ fn load_all(args: &[String]) -> Result<Vec<Scenario>> {
 async fn main() -> Result<()> {
     match Cli::parse().command {
         Command::ServeCeiling { body } => resmux_load::ceiling::serve_child(&body).await?,
-        Command::Instructions { resmux, valgrind, reads, resource_bytes, budget, json, keep, lean_requests } => {
+        Command::Instructions { resmux, valgrind, reads, resource_bytes, budget, json, keep, hyper_requests } => {
             use resmux_load::instructions::{self as ins, Budget, Options};
             let budget = Budget::load(&budget)?;
             let Placement::Processes { resmux, .. } = Placement::processes(resmux)? else { unreachable!() };
@@ -160,7 +160,7 @@ async fn main() -> Result<()> {
                 bail!("no resmux binary at {}: `cargo build --release -p resmux -p resmux-load`", resmux.display());
             }
             let opts =
-                Options { resmux, valgrind, small: reads[0], large: reads[1], resource_bytes, keep, lean_requests };
+                Options { resmux, valgrind, small: reads[0], large: reads[1], resource_bytes, keep, hyper_requests };
             let measured = ins::measure(&opts).await?;
             println!(
                 "runs: {} reads -> {} instructions, {} reads -> {} instructions",

@@ -67,9 +67,9 @@ pub struct ListenConfig {
     /// buffers on keep-alive connections. A request it does not take (another method, a
     /// chunked or larger body, `Expect`, `Upgrade`, HTTP/1.0, a malformed head) hands the
     /// connection to hyper from that request on. Not used with `http2` or `tls`. Default
-    /// false: it holds 6.5 KiB per idle keep-alive connection instead of hyper's 17.9 KiB, but
-    /// costs about 600 instructions more per cached read and measured 5 % fewer req/s under
-    /// wrk (docs/hit-path-profile.md, round five). Turn it on for many idle clients.
+    /// true: it holds 6.5 KiB per idle keep-alive connection instead of hyper's 17.9 KiB,
+    /// costs about 1,500 fewer instructions per cached read and served 5.7 % more cached
+    /// reads per second under wrk (docs/hit-path-profile.md, round six).
     pub lean_requests: bool,
     /// Path serving Prometheus metrics on the MCP listener too (GET). Empty (the default)
     /// disables it: metrics belong on the admin listener (`[admin] addr`), which MCP clients
@@ -140,7 +140,7 @@ impl Default for ListenConfig {
             metrics_path: String::new(),
             http2: false,
             lean_listens: true,
-            lean_requests: false,
+            lean_requests: true,
             max_legacy_sessions: 10_000,
             legacy_session_idle: Duration::from_secs(30 * 60),
             max_legacy_sessions_per_principal: 64,

@@ -36,6 +36,7 @@ pub(super) use self::head::Takes;
 use self::rewind::Rewind;
 use self::write::Ended;
 use super::Endpoint;
+use super::deadline::lazy_timeout;
 use super::watch::{InFlight, Watch};
 
 /// The first read's buffer; it doubles up to the head bound as a head needs.
@@ -153,7 +154,7 @@ async fn next_request<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, lean: &Lean
         }
         true
     };
-    match tokio::time::timeout(lean.endpoint.body_timeout(), body).await {
+    match lazy_timeout(lean.endpoint.body_timeout(), body).await {
         Ok(true) => {}
         Ok(false) => return Next::Done,
         Err(_) => {

@@ -10,12 +10,12 @@ use std::cell::RefCell;
 use std::io::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BytesMut};
 
+use super::super::deadline::lazy_timeout as timeout;
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http_body_util::{BodyExt, Either};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::time::timeout;
 
 use super::super::respond::Resp;
 
@@ -48,7 +48,8 @@ where
             let [a, b, c] = whole.into_pieces();
             let head = head(&parts, Some(a.len() + b.len() + c.len()), close);
             drop(parts);
-            let mut out = Bytes::from(head).chain(a).chain(b).chain(c);
+            // The head as a slice: `Bytes::from` a `Vec` with spare capacity would allocate again.
+            let mut out = Buf::chain(head.as_slice(), a).chain(b).chain(c);
             if matches!(timeout(slow, io.write_all_buf(&mut out)).await, Ok(Ok(()))) { done } else { Ended::Gone }
         }
         Either::Right(mut stream) => {
