@@ -61,6 +61,11 @@ pub struct Watch {
     changed: Notify,
 }
 
+/// The shortest recheck, in milliseconds: a `header_timeout` under a second (or under a
+/// millisecond, which would make it zero and the waiter spin while a request is in flight)
+/// only makes the next head wake the waiter, as it did before rechecks.
+const MIN_RECHECK_MS: u64 = 1000;
+
 /// `target` before the waiter first looked: every hook wakes it.
 const NO_TARGET: u64 = u64::MAX;
 
@@ -120,10 +125,10 @@ impl Watch {
     }
 
     /// When the waiter is to wake, in milliseconds after `origin`, at `now`: the deadline, but
-    /// no later than a recheck `header_timeout` from now (the only time there is no deadline:
-    /// a request in flight). A next head's deadline then never falls before it.
+    /// no later than a recheck `header_timeout` (at least [`MIN_RECHECK_MS`]) from now; a
+    /// request in flight has no deadline. A next head's deadline then never falls before it.
     fn wake_ms(&self, now: u64) -> u64 {
-        let recheck = now + self.header_timeout.as_millis() as u64;
+        let recheck = now + (self.header_timeout.as_millis() as u64).max(MIN_RECHECK_MS);
         self.deadline_ms().map_or(recheck, |(ms, _)| ms.min(recheck))
     }
 
@@ -317,5 +322,27 @@ mod tests {
         assert!(polls <= 40, "the waiter was polled {polls} times for 1,000 requests");
         assert!(!waiter.is_finished(), "a busy connection expired");
         waiter.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sub_millisecond_header_timeout_does_not_make_a_busy_waiter_spin() {
+        let w = Watch::new(Duration::from_micros(500), IDLE);
+        let _in_flight = w.begin();
+        let polls = Arc::new(AtomicUsize::new(0));
+        let counted = {
+            let polls = polls.clone();
+            let mut expired = Box::pin(w.expired());
+            // A spinning waiter never lets paused time move: give up after 100 polls.
+            std::future::poll_fn(move |cx| {
+                if polls.fetch_add(1, SeqCst) >= 100 {
+                    return Poll::Ready(None);
+                }
+                expired.as_mut().poll(cx).map(Some)
+            })
+        };
+        let waited = tokio::time::timeout(Duration::from_secs(10), counted).await;
+        let polls = polls.load(SeqCst);
+        assert!(waited.is_err(), "the waiter returned {waited:?} after {polls} polls");
+        assert!(polls <= 12, "the waiter was polled {polls} times in 10 s");
     }
 }
