@@ -14,7 +14,8 @@
 //! towards (`target`): a head begun while it would wake after that head's deadline, a request
 //! ending while it would wake after the new idle deadline. A request beginning only removes the
 //! deadline; the waiter finds that out when it wakes. The waiter never sleeps longer than
-//! `header_timeout` (a recheck): sleeping towards a later idle deadline, or with no deadline
+//! `header_timeout` (or 1 s, if that is longer: a recheck): sleeping towards a later idle
+//! deadline, or with no deadline
 //! at all while a request is in flight, every next head or the end of every request would have
 //! to wake it. A busy keep-alive connection's waiter so wakes about once per `header_timeout`,
 //! finds the deadline moved and sleeps again, instead of being woken (and polled: see
