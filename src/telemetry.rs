@@ -102,49 +102,39 @@ pub fn request_span(headers: &http::HeaderMap) -> (tracing::Span, bool) {
     (span, traced)
 }
 
-/// Whether a request span can be enabled at all: the subscriber's most verbose level, an
-/// atomic load. With `log.level` below `info` and no trace export the span is disabled, and
-/// recording into it would only cost a dispatcher and a current-span lookup per field.
-fn spans_on() -> bool {
-    tracing::level_filters::LevelFilter::current() >= tracing::Level::INFO
+/// Records `value` as the current request span's `field`, unless no request span can be
+/// enabled at all: the check is the subscriber's most verbose level, an atomic load. With
+/// `log.level` below `info` and no trace export the span is disabled, and recording into it
+/// would only cost a dispatcher and a current-span lookup.
+fn record(field: &str, value: &str) {
+    if tracing::level_filters::LevelFilter::current() >= tracing::Level::INFO {
+        tracing::Span::current().record(field, value);
+    }
 }
 
 /// Names the current request's JSON-RPC method. Legacy methods come from the request, so they
 /// are bounded in length.
 pub fn record_method(method: &str) {
-    if !spans_on() {
-        return;
-    }
     let mut end = method.len().min(64);
     while !method.is_char_boundary(end) {
         end -= 1;
     }
-    let method = &method[..end];
-    tracing::Span::current().record("method", method);
+    record("method", &method[..end]);
 }
 
 /// Names the current request's principal (its id; empty for anonymous callers).
 pub fn record_principal(principal: &crate::auth::Principal) {
-    if !spans_on() {
-        return;
-    }
-    tracing::Span::current().record("principal", principal.id());
+    record("principal", principal.id());
 }
 
 /// Names the upstream the current request was routed to.
 pub fn record_upstream(name: &str) {
-    if !spans_on() {
-        return;
-    }
-    tracing::Span::current().record("upstream", name);
+    record("upstream", name);
 }
 
 /// How the cache took part in the current request.
 pub fn record_cache(outcome: &'static str) {
-    if !spans_on() {
-        return;
-    }
-    tracing::Span::current().record("cache", outcome);
+    record("cache", outcome);
 }
 
 /// Continues the trace named by the request's `_meta.traceparent` (only with the `otel`
