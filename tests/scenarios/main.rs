@@ -21,8 +21,6 @@ mod listen;
 mod merge;
 mod namespace;
 mod ops;
-#[cfg(feature = "otel")]
-mod otel;
 mod reload;
 mod rmcp_interop;
 mod stdio;

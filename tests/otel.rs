@@ -2,8 +2,13 @@
 //! receives the request spans with their attributes and the caller's trace; the upstream sees
 //! the same trace in its `traceparent` header and in `_meta.traceparent`.
 //!
-//! `cargo nextest run --features otel -E 'test(otel)'` (scripts/test runs it). It installs the
-//! global subscriber, so it wants a process of its own, as nextest gives every test.
+//! A test binary of its own (`required-features = ["otel"]` in Cargo.toml), so that the build
+//! with the feature compiles only this file and the library, not every test target a second
+//! time: `cargo nextest run --features otel --test otel` (scripts/test runs it). It installs
+//! the global subscriber, so it wants a process of its own, as nextest gives every test.
+
+#[path = "scenarios/support.rs"]
+mod support;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
