@@ -43,3 +43,4 @@ pub mod sample;
 pub mod telemetry;
 pub mod tls;
 pub mod upstream;
+pub mod whole;

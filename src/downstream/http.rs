@@ -10,7 +10,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::header::{ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN};
 use http::{HeaderValue, Method, Request, StatusCode};
-use http_body_util::{BodyExt, Limited};
 use tracing::Instrument;
 
 use super::deadline::lazy_timeout;
@@ -27,6 +26,7 @@ use crate::jsonrpc::{Incoming, Kind};
 use crate::mcp::{self, legacy_method};
 use crate::router::{Call, Router};
 use crate::telemetry::{Metrics, Rejection};
+use crate::whole::{WholeError, whole};
 
 /// The endpoint: a cheap handle shared by every connection.
 #[derive(Clone)]
@@ -263,10 +263,10 @@ impl Endpoint {
         // from the head, then 408 and `Connection: close` (the unread rest is never parsed as
         // a next request).
         // The timer is armed only if the body is not in by the second look (see `deadline`).
-        let body = match lazy_timeout(self.0.body_timeout, Limited::new(body, self.0.max_body).collect()).await {
-            Ok(Ok(b)) => b.to_bytes(),
-            Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
-            Ok(Err(e)) => return plain(StatusCode::BAD_REQUEST, &format!("cannot read body: {e}")),
+        let body = match lazy_timeout(self.0.body_timeout, whole(body, self.0.max_body)).await {
+            Ok(Ok(b)) => b,
+            Ok(Err(WholeError::TooLarge { .. })) => return too_large(),
+            Ok(Err(e)) => return plain(StatusCode::BAD_REQUEST, &e.to_string()),
             Err(_) => return self.body_timed_out(),
         };
         let Ok(text) = std::str::from_utf8(&body) else {

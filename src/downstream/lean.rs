@@ -29,14 +29,15 @@ use hyper::service::HttpService;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::Watcher;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use self::head::Parsed;
 pub(super) use self::head::Takes;
+use self::head::{Parsed, Ranges};
 use self::rewind::Rewind;
 use self::write::Ended;
 use super::Endpoint;
 use super::deadline::lazy_timeout;
+use super::quiet::Quiet;
 use super::watch::{InFlight, Watch};
 
 /// The first read's buffer; it doubles up to the head bound as a head needs.
@@ -72,6 +73,29 @@ pub(super) fn target(path: &str) -> Option<Uri> {
     Uri::from_maybe_shared(Bytes::copy_from_slice(path.as_bytes())).ok().filter(|u| u.path() == path)
 }
 
+/// The listener's shutdown as one connection sees it. `cancel` is shared by every connection
+/// of the listener, and both looking at it (`is_cancelled`) and waiting on it (`cancelled`)
+/// take its mutex; per request that was five or six lock operations on one lock all the
+/// connections share. Here the connection registers once, at its start, and between
+/// requests it costs an atomic load or swap.
+struct Shutdown {
+    cancel: CancellationToken,
+    fired: Quiet<WaitForCancellationFutureOwned>,
+}
+
+impl Shutdown {
+    fn new(cancel: &CancellationToken) -> Self {
+        Self { cancel: cancel.clone(), fired: Quiet::new(cancel.clone().cancelled_owned()) }
+    }
+
+    /// Whether the listener is shutting down. Until the wait's waker fires it has not (a
+    /// shutdown that is just starting is seen at the next look, as it would be a moment
+    /// later with the lock).
+    fn is_cancelled(&self) -> bool {
+        self.fired.woken() && self.cancel.is_cancelled()
+    }
+}
+
 /// Serves one connection: its requests here while the lean path takes them, the rest with
 /// hyper.
 pub(super) async fn serve<T, S>(mut io: T, lean: Lean, service: S) -> Result<(), hyper::Error>
@@ -83,12 +107,18 @@ where
     <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn StdError + Send + Sync>>,
 {
     let mut buf = BytesMut::new();
+    let mut shutdown = Shutdown::new(&lean.cancel);
+    let mut ranges = Ranges::new();
     loop {
         // Boxed: reading and answering a request takes a moment; only the response's write
         // (a listen's stream) is held for long, so only its state stays allocated.
-        let next = Box::pin(next_request(&mut io, &lean, buf)).await;
+        let next = Box::pin(next_request(&mut io, &lean, buf, &mut ranges, &mut shutdown)).await;
         let (resp, close, in_flight) = match next {
-            Next::HandOff(read) => return hand_off(read, io, lean, service).await,
+            Next::HandOff(read) => {
+                // hyper's own graceful shutdown takes over.
+                drop(shutdown);
+                return hand_off(read, io, lean, service).await;
+            }
             Next::Done => return Ok(()),
             Next::Serve { resp, close, rest, in_flight } => {
                 buf = rest;
@@ -98,12 +128,13 @@ where
         if matches!(resp.body(), Either::Right(_)) || buf.capacity() > KEEP_BUFFER {
             // A stream may be open for hours: it keeps only what was pipelined behind it.
             buf = BytesMut::from(&buf[..]);
+            ranges = Ranges::new();
         }
         // At shutdown the answer says the connection closes, as hyper's graceful shutdown does.
-        let close = close || lean.cancel.is_cancelled();
+        let close = close || shutdown.is_cancelled();
         let ended = write::response(&mut io, *resp, close, lean.endpoint.slow_write(), &mut buf).await;
         drop(in_flight);
-        if ended != Ended::KeepAlive || lean.cancel.is_cancelled() {
+        if ended != Ended::KeepAlive || shutdown.is_cancelled() {
             let _ = tokio::time::timeout(lean.endpoint.slow_write(), io.shutdown()).await;
             return Ok(());
         }
@@ -124,17 +155,23 @@ enum Next {
 
 /// Reads the next request into `buf` (which may hold some of it already); answers it when
 /// the lean path takes it.
-async fn next_request<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, lean: &Lean, mut buf: BytesMut) -> Next {
+async fn next_request<T: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut T,
+    lean: &Lean,
+    mut buf: BytesMut,
+    ranges: &mut Ranges,
+    shutdown: &mut Shutdown,
+) -> Next {
     let max_body = MAX_LEAN_BODY.min(lean.endpoint.max_body());
     let head = loop {
-        match head::parse(&buf, &lean.uri, lean.takes, max_body) {
+        match head::parse(&buf, &lean.uri, lean.takes, max_body, ranges) {
             Parsed::Lean(head) => break head,
             Parsed::Other => return Next::HandOff(buf),
             // hyper answers a head over the bound with 431.
             Parsed::Partial if buf.len() >= lean.max_head => return Next::HandOff(buf),
             Parsed::Partial => {}
         }
-        match read_more(io, &mut buf, Some(&lean.cancel)).await {
+        match read_more(io, &mut buf, Some(&mut shutdown.fired)).await {
             Read::More => {}
             // At EOF hyper judges what was sent (an unfinished head, or nothing).
             Read::Eof if !buf.is_empty() => return Next::HandOff(buf),
@@ -165,7 +202,7 @@ async fn next_request<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, lean: &Lean
     }
     // The request's bytes, frozen: its header values and body are slices of them.
     let bytes = buf.split_to(need).freeze();
-    let Some(request) = head.request(&bytes, &lean.uri) else {
+    let Some(request) = head.request(&bytes, &lean.uri, ranges) else {
         // A header `http` refuses: hyper answers it (400) from these bytes on.
         let mut read = BytesMut::from(&bytes[..]);
         read.extend_from_slice(&buf);
@@ -186,18 +223,23 @@ enum Read {
 }
 
 /// Reads more of the request into `buf`, doubling its capacity when full.
-/// Stops early when `cancel` fires.
-async fn read_more<T: AsyncRead + Unpin>(io: &mut T, buf: &mut BytesMut, cancel: Option<&CancellationToken>) -> Read {
+/// Stops early when the shutdown fires (the caller does not wait on it again after that).
+async fn read_more<T: AsyncRead + Unpin>(
+    io: &mut T,
+    buf: &mut BytesMut,
+    shutdown: Option<&mut Quiet<WaitForCancellationFutureOwned>>,
+) -> Read {
     if buf.len() == buf.capacity() {
         buf.reserve(buf.capacity().max(FIRST_READ));
     }
     let cancelled = async {
-        match cancel {
-            Some(c) => c.cancelled().await,
+        match shutdown {
+            Some(fired) => fired.await,
             None => std::future::pending().await,
         }
     };
     tokio::select! {
+        biased;
         _ = cancelled => Read::Stop,
         r = io.read_buf(buf) => match r {
             Ok(0) => Read::Eof,

@@ -47,6 +47,14 @@ impl<F: Future> Quiet<F> {
     }
 }
 
+impl<F> Quiet<F> {
+    /// Whether the future may be ready: true before its first poll and after its waker fired
+    /// (one atomic load). False means it is still pending, with no poll and no lock.
+    pub fn woken(&self) -> bool {
+        self.flag.woken.load(Ordering::Acquire)
+    }
+}
+
 impl<F: Future> Future for Quiet<F> {
     type Output = F::Output;
 
@@ -81,16 +89,19 @@ mod tests {
         let noise = Arc::new(Noise(AtomicUsize::new(0)));
         let waker = Waker::from(noise.clone());
         let mut cx = Context::from_waker(&waker);
+        assert!(quiet.woken(), "not polled yet: it may be ready");
         assert!(quiet.as_mut().poll(&mut cx).is_pending());
         assert_eq!(polls.load(Ordering::SeqCst), 1);
         // Wake-ups of the task that are not its own do not reach it.
         for _ in 0..5 {
             assert!(quiet.as_mut().poll(&mut cx).is_pending());
+            assert!(!quiet.woken());
         }
         assert_eq!(polls.load(Ordering::SeqCst), 1);
         // Its own wake-up wakes the task, and the next poll reaches it.
         tx.send(()).unwrap();
         assert_eq!(noise.0.load(Ordering::SeqCst), 1, "the task was woken");
+        assert!(quiet.woken(), "its waker fired");
         assert!(quiet.as_mut().poll(&mut cx).is_ready());
         assert_eq!(polls.load(Ordering::SeqCst), 2);
     }

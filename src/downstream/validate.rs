@@ -108,22 +108,35 @@ fn check_headers(
     params: &RawObject<'_>,
 ) -> Result<(), Rejected> {
     let mismatch = |m: String| reject(Some(id), DownstreamError::HeaderMismatch(m));
-    let header = |name: &http::HeaderName| -> Result<std::borrow::Cow<'_, str>, Rejected> {
-        let raw = headers.get(name).ok_or_else(|| mismatch(format!("missing {name} header")))?;
-        header_value::decode(raw.as_bytes()).map_err(|e| mismatch(format!("{name} header: {e}")))
-    };
-    let h_version = header(&mcp::header_name::PROTOCOL_VERSION)?;
+    // One pass over the headers, keeping each mirrored header's first value as `get` would:
+    // three hashed lookups cost more than comparing a request's few names.
+    let [mut version_value, mut method_value, mut name_value] = [None; 3];
+    for (name, value) in headers {
+        let slot = match name.as_str() {
+            mcp::H_PROTOCOL_VERSION => &mut version_value,
+            mcp::H_METHOD => &mut method_value,
+            mcp::H_NAME => &mut name_value,
+            _ => continue,
+        };
+        slot.get_or_insert(value);
+    }
+    fn decoded<'h>(name: &str, raw: Option<&'h http::HeaderValue>) -> Result<std::borrow::Cow<'h, str>, String> {
+        let raw = raw.ok_or_else(|| format!("missing {name} header"))?;
+        header_value::decode(raw.as_bytes()).map_err(|e| format!("{name} header: {e}"))
+    }
+    let header = |name: &str, raw| decoded(name, raw).map_err(mismatch);
+    let h_version = header(mcp::H_PROTOCOL_VERSION, version_value)?;
     if h_version != version {
         return Err(mismatch(format!(
             "MCP-Protocol-Version header value '{h_version}' does not match body value '{version}'"
         )));
     }
-    let h_method = header(&mcp::header_name::METHOD)?;
+    let h_method = header(mcp::H_METHOD, method_value)?;
     if h_method != method {
         return Err(mismatch(format!("Mcp-Method header value '{h_method}' does not match body value '{method}'")));
     }
     if let Some(field) = mcp::name_param(method) {
-        let h_name = header(&mcp::header_name::NAME)?;
+        let h_name = header(mcp::H_NAME, name_value)?;
         let body_name = params.get_str(field);
         if body_name.as_deref() != Some(&*h_name) {
             return Err(mismatch(format!(
@@ -151,4 +164,52 @@ pub fn message_error(e: MessageError) -> Rejected {
         MessageError::Invalid { reason, .. } => DownstreamError::InvalidRequest(reason),
     };
     Rejected { id, error }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    const READ: &str = r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"a://b",
+        "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+
+    /// The mismatch message for `headers` (in order, names as sent), or `None` when they pass.
+    fn mismatch(headers: &[(&str, &str)]) -> Option<String> {
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            map.append(http::HeaderName::from_bytes(name.as_bytes()).unwrap(), HeaderValue::from_str(value).unwrap());
+        }
+        let msg = Incoming::parse(READ).expect("valid JSON-RPC");
+        match check(&map, &msg) {
+            Ok(_) => None,
+            Err(Rejected { error: DownstreamError::HeaderMismatch(m), .. }) => Some(m),
+            Err(Rejected { error, .. }) => panic!("not a header mismatch: {error}"),
+        }
+    }
+
+    const VERSION: (&str, &str) = ("MCP-Protocol-Version", "2026-07-28");
+    const METHOD: (&str, &str) = ("Mcp-Method", "resources/read");
+    const NAME: (&str, &str) = ("Mcp-Name", "a://b");
+
+    #[test]
+    fn the_mirrored_headers_are_found_whatever_their_case_and_place() {
+        assert_eq!(mismatch(&[("host", "x"), VERSION, ("accept", "*/*"), METHOD, NAME]), None);
+        assert_eq!(mismatch(&[NAME, METHOD, VERSION]), None);
+        assert_eq!(mismatch(&[("mcp-name", "=?base64?YTovL2I=?="), METHOD, VERSION]), None, "a base64-wrapped value");
+    }
+
+    #[test]
+    fn a_missing_or_different_header_is_named() {
+        assert_eq!(mismatch(&[VERSION, METHOD]).as_deref(), Some("missing mcp-name header"));
+        assert_eq!(mismatch(&[METHOD, NAME]).as_deref(), Some("missing mcp-protocol-version header"));
+        assert!(mismatch(&[VERSION, ("mcp-method", "tools/call"), NAME]).is_some_and(|m| m.contains("'tools/call'")));
+        assert!(mismatch(&[VERSION, METHOD, ("mcp-name", "a://c")]).is_some_and(|m| m.contains("'a://c'")));
+    }
+
+    #[test]
+    fn of_two_values_the_first_is_compared_as_a_lookup_would() {
+        assert_eq!(mismatch(&[VERSION, METHOD, NAME, ("mcp-name", "a://c")]), None);
+        assert!(mismatch(&[VERSION, METHOD, ("mcp-name", "a://c"), NAME]).is_some_and(|m| m.contains("'a://c'")));
+    }
 }

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderValue};
 use http::{Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Either, Full, Limited};
+use http_body_util::{Either, Full};
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -19,6 +19,7 @@ use crate::error::{UpstreamError, UpstreamErrorKind};
 use crate::jsonrpc::{Incoming, Kind};
 use crate::mcp;
 use crate::tls::{self, ClientTls, TlsError};
+use crate::whole::{WholeError, whole};
 
 /// A pooled HTTP client: plain `http` and, through rustls, `https`. `TCP_NODELAY` is set:
 /// without it Nagle's algorithm adds ~40 ms to each keep-alive request/response pair on
@@ -283,12 +284,11 @@ impl HttpTransport {
     }
 
     async fn collect(&self, body: hyper::body::Incoming) -> Result<Bytes, UpstreamError> {
-        Limited::new(body, self.max_message).collect().await.map(|b| b.to_bytes()).map_err(|e| {
-            if e.is::<http_body_util::LengthLimitError>() {
-                UpstreamError::new(self.name.clone(), UpstreamErrorKind::TooLarge { limit: self.max_message })
-            } else {
-                self.err_disconnected(e)
+        whole(body, self.max_message).await.map_err(|e| match e {
+            WholeError::TooLarge { limit } => {
+                UpstreamError::new(self.name.clone(), UpstreamErrorKind::TooLarge { limit })
             }
+            WholeError::Read(e) => self.err_disconnected(e),
         })
     }
 

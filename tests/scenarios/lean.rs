@@ -357,3 +357,52 @@ async fn connection_close_ends_a_lean_connection_after_its_answer() {
     assert_eq!(heads[0], heads[1]);
     assert!(heads[0].contains(&("connection".into(), "close".into())), "{:?}", heads[0]);
 }
+
+#[tokio::test]
+async fn at_shutdown_an_idle_connection_closes_and_an_answer_in_the_drain_says_close() {
+    for lean in [true, false] {
+        let slow = sample_http(SampleSpec { delay: Duration::from_millis(400), ..SampleSpec::docs() }).await;
+        let mut cfg = config(vec![UpstreamConfig::http("slow", &slow.url())]);
+        cfg.listen.lean_listens = lean;
+        cfg.listen.lean_requests = lean;
+        // Far past the test's deadline: a connection closed in time was closed by the
+        // shutdown itself, not dropped at the end of the drain.
+        cfg.admin.drain_timeout = Duration::from_secs(120);
+        let p = Proxy::start(cfg).await;
+        discovered(&p.client).await;
+        let addr = p.app.local_addr();
+        let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta()}});
+        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                          "params": {"name": "echo", "arguments": {"text": "late"}, "_meta": meta()}});
+        // One connection answered once and then idle, waiting for its next request.
+        let mut idle = TcpStream::connect(addr).await.unwrap();
+        idle.write_all(&request(&p, "tools/list", "", &list.to_string())).await.unwrap();
+        let mut idle_rest = Vec::new();
+        assert_eq!(read_response(&mut idle, &mut idle_rest).await.status, 200, "lean {lean}");
+        // One with a call in flight when the shutdown starts.
+        let mut busy = TcpStream::connect(addr).await.unwrap();
+        busy.write_all(&request(&p, "tools/call", "mcp-name: echo\r\n", &call.to_string())).await.unwrap();
+        eventually("the call reached its upstream", || {
+            let n = slow.sample.count("tools/call");
+            async move { (n >= 1).then_some(()) }
+        })
+        .await;
+        let stopping = tokio::spawn(async move { p.app.shutdown().await });
+
+        let mut tail = [0u8; 16];
+        let closed = tokio::time::timeout(DEADLINE, idle.read(&mut tail)).await.expect("the idle connection closes");
+        assert!(matches!(closed, Ok(0) | Err(_)), "lean {lean}: no answer on the idle connection: {closed:?}");
+        let mut busy_rest = Vec::new();
+        let answer = read_response(&mut busy, &mut busy_rest).await;
+        assert_eq!(answer.status, 200, "lean {lean}");
+        assert!(String::from_utf8_lossy(&answer.body).contains("late"), "lean {lean}: {answer:?}");
+        assert!(
+            dated(&answer).contains(&("connection".into(), "close".into())),
+            "lean {lean}: an answer in the drain says the connection closes: {:?}",
+            dated(&answer)
+        );
+        let closed = tokio::time::timeout(DEADLINE, busy.read(&mut tail)).await.expect("closed after the answer");
+        assert!(matches!(closed, Ok(0) | Err(_)), "lean {lean}: {closed:?}");
+        tokio::time::timeout(DEADLINE, stopping).await.expect("shutdown in time").unwrap();
+    }
+}

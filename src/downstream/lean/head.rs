@@ -8,11 +8,27 @@ use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING, UPGRADE};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version};
 
-use crate::mcp::H_METHOD;
 use crate::mcp::method::LISTEN;
+use crate::mcp::{H_METHOD, header_name};
 
 /// Headers a lean head may carry; a head with more is left to hyper (its own bound is 100).
 const MAX_HEADERS: usize = 64;
+
+/// The MCP headers a modern request carries, ready-made: `HeaderName::from_bytes` copies a
+/// name that is not one of HTTP's standard headers into an allocation of its own, which for
+/// these would be three or four allocations (and frees) per request. A `static`: a `const`
+/// array is built and dropped at every use.
+static MCP_HEADERS: [HeaderName; 4] =
+    [header_name::PROTOCOL_VERSION, header_name::METHOD, header_name::NAME, header_name::SESSION_ID];
+
+/// A header's name: one of [`MCP_HEADERS`] without an allocation, any other as `http` parses
+/// it (`None` when `http` refuses it).
+fn name_of(raw: &[u8]) -> Option<HeaderName> {
+    match MCP_HEADERS.iter().find(|known| raw.eq_ignore_ascii_case(known.as_str().as_bytes())) {
+        Some(known) => Some(known.clone()),
+        None => HeaderName::from_bytes(raw).ok(),
+    }
+}
 
 /// Which requests the lean path takes (`[listen] lean_listens` and `lean_requests`).
 #[derive(Debug, Clone, Copy)]
@@ -31,7 +47,7 @@ pub(super) enum Parsed {
     /// request mirrors from its body, reference §2.1), with a `Content-Length` of at most the
     /// lean body bound, at most one `Mcp-Method`, and no `Transfer-Encoding`, `Expect` or
     /// `Upgrade`.
-    Lean(Box<Head>),
+    Lean(Head),
     /// Not complete yet.
     Partial,
     /// Anything else (another method, path or version, a chunked or large body, a malformed
@@ -39,13 +55,15 @@ pub(super) enum Parsed {
     Other,
 }
 
-/// A parsed head: where its headers are, where its body starts, and its length. The request
-/// itself is built by [`Head::request`] from the request's bytes once they are all in, with
-/// every header value a slice of them (no copy).
+/// Where each header's name and value are in the request's bytes. The connection keeps one
+/// of these from request to request, so a head costs no allocation of its own.
+pub(super) type Ranges = Vec<(Range<usize>, Range<usize>)>;
+
+/// A parsed head: where its body starts, and its length (its headers' places are in the
+/// [`Ranges`] it was parsed with). The request itself is built by [`Head::request`] from the
+/// request's bytes once they are all in, with every header value a slice of them (no copy).
 #[derive(Debug)]
 pub(super) struct Head {
-    /// Each header's name and value, as ranges of the request's bytes.
-    headers: Vec<(Range<usize>, Range<usize>)>,
     pub head_len: usize,
     pub body_len: usize,
     /// The client asked to close the connection after this exchange.
@@ -53,12 +71,13 @@ pub(super) struct Head {
 }
 
 impl Head {
-    /// The request (without its body) whose bytes, head and body, are `bytes`, to `uri`;
-    /// `None` when a header name or value is not one `http` accepts (hyper's to refuse).
-    pub fn request(&self, bytes: &Bytes, uri: &Uri) -> Option<Request<()>> {
-        let mut map = HeaderMap::with_capacity(self.headers.len());
-        for (name, value) in &self.headers {
-            let name = HeaderName::from_bytes(&bytes[name.clone()]).ok()?;
+    /// The request (without its body) whose bytes, head and body, are `bytes`, to `uri`, with
+    /// the headers at `ranges` (from [`parse`]); `None` when a header name or value is not one
+    /// `http` accepts (hyper's to refuse).
+    pub fn request(&self, bytes: &Bytes, uri: &Uri, ranges: &Ranges) -> Option<Request<()>> {
+        let mut map = HeaderMap::with_capacity(ranges.len());
+        for (name, value) in ranges {
+            let name = name_of(&bytes[name.clone()])?;
             let value = HeaderValue::from_maybe_shared(bytes.slice(value.clone())).ok()?;
             map.append(name, value);
         }
@@ -72,8 +91,8 @@ impl Head {
 }
 
 /// Parses `buf` as the start of a request to `uri` (the endpoint's path) that `takes` covers,
-/// whose body is at most `max_body` bytes.
-pub(super) fn parse(buf: &[u8], uri: &Uri, takes: Takes, max_body: usize) -> Parsed {
+/// whose body is at most `max_body` bytes; a lean head's headers are left in `ranges`.
+pub(super) fn parse(buf: &[u8], uri: &Uri, takes: Takes, max_body: usize, ranges: &mut Ranges) -> Parsed {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let head_len = match req.parse(buf) {
@@ -89,7 +108,7 @@ pub(super) fn parse(buf: &[u8], uri: &Uri, takes: Takes, max_body: usize) -> Par
         let start = part.as_ptr() as usize - buf.as_ptr() as usize;
         start..start + part.len()
     };
-    let mut ranges = Vec::with_capacity(req.headers.len());
+    ranges.clear();
     let mut body_len = None;
     let mut method = None;
     let mut close = false;
@@ -120,7 +139,7 @@ pub(super) fn parse(buf: &[u8], uri: &Uri, takes: Takes, max_body: usize) -> Par
     let listen = method == Some(LISTEN.as_bytes());
     let taken = if listen { takes.listens } else { takes.requests };
     let (Some(body_len), true) = (body_len, taken) else { return Parsed::Other };
-    Parsed::Lean(Box::new(Head { headers: ranges, head_len, body_len, close }))
+    Parsed::Lean(Head { head_len, body_len, close })
 }
 
 #[cfg(test)]
@@ -140,24 +159,43 @@ mod tests {
         Uri::from_static("/mcp")
     }
 
+    fn parse(raw: &[u8], uri: &Uri, takes: Takes, max_body: usize) -> (Parsed, Ranges) {
+        let mut ranges = vec![(0..1, 0..1)];
+        let parsed = super::parse(raw, uri, takes, max_body, &mut ranges);
+        (parsed, ranges)
+    }
+
     fn lean(raw: &[u8], takes: Takes) -> bool {
-        matches!(parse(raw, &mcp(), takes, 100), Parsed::Lean(head) if head.request(&Bytes::copy_from_slice(raw), &mcp()).is_some())
+        matches!(parse(raw, &mcp(), takes, 100), (Parsed::Lean(head), ranges) if head.request(&Bytes::copy_from_slice(raw), &mcp(), &ranges).is_some())
     }
 
     #[test]
     fn a_small_post_to_the_path_is_lean() {
-        let Parsed::Lean(head) = parse(LISTEN_HEAD, &mcp(), LISTENS, 100) else { panic!("not lean") };
+        let (Parsed::Lean(head), ranges) = parse(LISTEN_HEAD, &mcp(), LISTENS, 100) else { panic!("not lean") };
         assert_eq!(head.head_len, LISTEN_HEAD.len() - 2);
         assert_eq!(head.body_len, 2);
         assert!(head.close);
-        let request = head.request(&Bytes::from_static(LISTEN_HEAD), &mcp()).expect("valid headers");
+        assert_eq!(ranges.len(), 5, "the ranges of an earlier head are gone");
+        let request = head.request(&Bytes::from_static(LISTEN_HEAD), &mcp(), &ranges).expect("valid headers");
         assert_eq!(request.headers()["content-type"], "application/json");
         assert_eq!(request.headers()["mcp-method"], "subscriptions/listen");
         assert_eq!(request.headers().len(), 5);
         assert_eq!(request.uri().path(), "/mcp");
-        assert!(matches!(parse(&LISTEN_HEAD[..20], &mcp(), LISTENS, 100), Parsed::Partial));
-        let Parsed::Lean(head) = parse(READ_HEAD, &mcp(), REQUESTS, 100) else { panic!("not lean") };
+        assert!(matches!(parse(&LISTEN_HEAD[..20], &mcp(), LISTENS, 100).0, Parsed::Partial));
+        let (Parsed::Lean(head), _) = parse(READ_HEAD, &mcp(), REQUESTS, 100) else { panic!("not lean") };
         assert!(!head.close, "HTTP/1.1 keeps the connection by default");
+    }
+
+    #[test]
+    fn mcp_header_names_are_the_ones_http_would_parse() {
+        for raw in
+            ["Mcp-Method", "MCP-PROTOCOL-VERSION", "mcp-name", "Mcp-Session-Id", "Host", "X-Other", "mcp-methods"]
+        {
+            let expected = HeaderName::from_bytes(raw.as_bytes()).expect("a valid name");
+            assert_eq!(name_of(raw.as_bytes()), Some(expected), "{raw}");
+        }
+        assert_eq!(name_of(b"bad name"), None);
+        assert_eq!(name_of(b""), None);
     }
 
     #[test]
@@ -173,9 +211,9 @@ mod tests {
         let other = |raw: &[u8]| {
             // Every case names the method, unless it is about the method.
             let raw = String::from_utf8_lossy(raw).replacen("\r\n", "\r\nmcp-method: subscriptions/listen\r\n", 1);
-            matches!(parse(raw.as_bytes(), &mcp(), BOTH, 100), Parsed::Other)
+            matches!(parse(raw.as_bytes(), &mcp(), BOTH, 100).0, Parsed::Other)
         };
-        let bare = |raw: &[u8]| matches!(parse(raw, &mcp(), LISTENS, 100), Parsed::Other);
+        let bare = |raw: &[u8]| matches!(parse(raw, &mcp(), LISTENS, 100).0, Parsed::Other);
         assert!(bare(b"POST /mcp HTTP/1.1\r\ncontent-length: 2\r\n\r\n"), "no Mcp-Method");
         assert!(bare(b"POST /mcp HTTP/1.1\r\nmcp-method: resources/read\r\ncontent-length: 2\r\n\r\n"));
         assert!(other(b"POST /mcp HTTP/1.1\r\nmcp-method: subscriptions/listen\r\ncontent-length: 2\r\n\r\n"));
@@ -197,9 +235,9 @@ mod tests {
         // A value httparse lets through but `http` refuses (a DEL byte): no request.
         let odd = b"POST /mcp HTTP/1.1\r\nmcp-method: resources/read\r\nx: a\x7fb\r\ncontent-length: 0\r\n\r\n";
         match parse(odd, &mcp(), BOTH, 100) {
-            Parsed::Other => {}
-            Parsed::Lean(head) => assert!(head.request(&Bytes::from_static(odd), &mcp()).is_none()),
-            Parsed::Partial => panic!("a whole head"),
+            (Parsed::Other, _) => {}
+            (Parsed::Lean(head), ranges) => assert!(head.request(&Bytes::from_static(odd), &mcp(), &ranges).is_none()),
+            (Parsed::Partial, _) => panic!("a whole head"),
         }
     }
 }
