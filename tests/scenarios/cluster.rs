@@ -210,6 +210,17 @@ async fn an_update_seen_by_the_holder_evicts_and_reaches_listeners_on_every_repl
         let n = l.next_method("notifications/resources/updated").await;
         assert_eq!(n["params"]["uri"], status);
     }
+    // Every replica noted the change before its listener heard of it. A replica takes a
+    // shared value only if its fetch began in a later millisecond than the change it knows
+    // of (one that began in the same millisecond may have begun before the change), so the
+    // refetch below must start in a later millisecond; on a fast machine all of this fits in
+    // one.
+    let noted = resmux::cluster::now_ms();
+    eventually("the clock is past the millisecond of the change", || {
+        let later = resmux::cluster::now_ms() > noted;
+        async move { later.then_some(()) }
+    })
+    .await;
     // No replica serves the old content: the first to read refetches, the others take that
     // fill from Redis.
     for (i, p) in ps.iter().enumerate() {
