@@ -107,12 +107,17 @@ where
     <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn StdError + Send + Sync>>,
 {
     let mut buf = BytesMut::new();
-    let mut shutdown = Shutdown::new(&lean.cancel);
+    // Made again after a stream, which does without it (see below).
+    let mut shutdown: Option<Shutdown> = None;
+    let stopping = |shutdown: &Option<Shutdown>| {
+        shutdown.as_ref().map_or_else(|| lean.cancel.is_cancelled(), Shutdown::is_cancelled)
+    };
     let mut ranges = Ranges::new();
     loop {
+        let waiting = shutdown.get_or_insert_with(|| Shutdown::new(&lean.cancel));
         // Boxed: reading and answering a request takes a moment; only the response's write
         // (a listen's stream) is held for long, so only its state stays allocated.
-        let next = Box::pin(next_request(&mut io, &lean, buf, &mut ranges, &mut shutdown)).await;
+        let next = Box::pin(next_request(&mut io, &lean, buf, &mut ranges, waiting)).await;
         let (resp, close, in_flight) = match next {
             Next::HandOff(read) => {
                 // hyper's own graceful shutdown takes over.
@@ -125,16 +130,22 @@ where
                 (resp, close, in_flight)
             }
         };
-        if matches!(resp.body(), Either::Right(_)) || buf.capacity() > KEEP_BUFFER {
+        let stream = matches!(resp.body(), Either::Right(_));
+        if stream || buf.capacity() > KEEP_BUFFER {
             // A stream may be open for hours: it keeps only what was pipelined behind it.
             buf = BytesMut::from(&buf[..]);
             ranges = Ranges::new();
         }
+        if stream {
+            // Nor its wait on the shutdown (about 110 bytes per listener): a listen stream
+            // ends at shutdown by its own hand, and the look after it takes the lock.
+            shutdown = None;
+        }
         // At shutdown the answer says the connection closes, as hyper's graceful shutdown does.
-        let close = close || shutdown.is_cancelled();
+        let close = close || stopping(&shutdown);
         let ended = write::response(&mut io, *resp, close, lean.endpoint.slow_write(), &mut buf).await;
         drop(in_flight);
-        if ended != Ended::KeepAlive || shutdown.is_cancelled() {
+        if ended != Ended::KeepAlive || stopping(&shutdown) {
             let _ = tokio::time::timeout(lean.endpoint.slow_write(), io.shutdown()).await;
             return Ok(());
         }
