@@ -1,8 +1,9 @@
-//! A message's whole body, at most a bound: a request's downstream, a response's upstream.
+//! A message's whole body, at most a bound: every body resmux reads whole (a request's
+//! downstream, a response's upstream, a token or JWKS answer, the sample server's requests).
 //! `http_body_util`'s `collect` keeps every frame in a buffer list that allocates even for one
-//! frame; a lean request's body is one frame, and so is most of hyper's for a small message.
-//! Here one frame is returned as it is, and only a body in several frames is copied into one
-//! buffer (as `collect` then copies it too).
+//! frame, and a lean request's body is always one frame. Here one frame is returned as it is,
+//! and only a body in several frames is copied into one buffer (as `collect` then copies it
+//! too).
 
 use std::error::Error as StdError;
 
@@ -28,33 +29,27 @@ where
     B::Error: Into<Box<dyn StdError + Send + Sync>>,
 {
     let mut body = std::pin::pin!(body);
-    let mut first: Option<Bytes> = None;
+    // The first frame, until a second one comes; then every frame, joined.
+    let mut first = Bytes::new();
     let mut joined: Option<BytesMut> = None;
-    let mut len = 0usize;
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame.map_err(|e| WholeError::Read(e.into()))?.into_data() else { continue };
-        len = len.saturating_add(data.len());
-        if len > limit {
+        let len = joined.as_ref().map_or(first.len(), BytesMut::len);
+        if len.saturating_add(data.len()) > limit {
             return Err(WholeError::TooLarge { limit });
         }
-        if data.is_empty() {
-            continue;
-        }
-        match (&mut joined, first.take()) {
-            (Some(joined), _) => joined.extend_from_slice(&data),
-            (None, None) => first = Some(data),
-            (None, Some(earlier)) => {
-                let mut buf = BytesMut::with_capacity(len);
-                buf.extend_from_slice(&earlier);
-                buf.extend_from_slice(&data);
-                joined = Some(buf);
-            }
+        if let Some(joined) = &mut joined {
+            joined.extend_from_slice(&data);
+        } else if first.is_empty() {
+            first = data;
+        } else if !data.is_empty() {
+            let mut buf = BytesMut::with_capacity(len + data.len());
+            buf.extend_from_slice(&first);
+            buf.extend_from_slice(&data);
+            joined = Some(buf);
         }
     }
-    Ok(match joined {
-        Some(joined) => joined.freeze(),
-        None => first.unwrap_or_default(),
-    })
+    Ok(joined.map_or(first, BytesMut::freeze))
 }
 
 #[cfg(test)]

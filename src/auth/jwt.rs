@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use jsonwebtoken::jwk::{AlgorithmParameters, Jwk, PublicKeyUse};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
@@ -30,6 +30,7 @@ use tokio::time::Instant;
 use super::Identity;
 use crate::config::JwtConfig;
 use crate::upstream::http::HttpClient;
+use crate::whole::whole;
 
 /// Largest JWKS document accepted.
 const MAX_JWKS_BYTES: usize = 1 << 20;
@@ -268,11 +269,9 @@ async fn fetch_jwks(client: &HttpClient, uri: &Uri) -> Result<Keys, JwksError> {
         if resp.status() != StatusCode::OK {
             return Err(JwksError::Status { url: url.clone(), status: resp.status() });
         }
-        let body = Limited::new(resp.into_body(), MAX_JWKS_BYTES)
-            .collect()
+        whole(resp.into_body(), MAX_JWKS_BYTES)
             .await
-            .map_err(|e| JwksError::Fetch { url: url.clone(), source: e })?;
-        Ok(body.to_bytes())
+            .map_err(|e| JwksError::Fetch { url: url.clone(), source: Box::new(e) })
     };
     let body =
         tokio::time::timeout(FETCH_TIMEOUT, exchange).await.map_err(|_| JwksError::Timeout { url: url.clone() })??;

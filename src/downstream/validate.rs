@@ -120,10 +120,6 @@ fn check_headers(
         };
         slot.get_or_insert(value);
     }
-    fn decoded<'h>(name: &str, raw: Option<&'h http::HeaderValue>) -> Result<std::borrow::Cow<'h, str>, String> {
-        let raw = raw.ok_or_else(|| format!("missing {name} header"))?;
-        header_value::decode(raw.as_bytes()).map_err(|e| format!("{name} header: {e}"))
-    }
     let header = |name: &str, raw| decoded(name, raw).map_err(mismatch);
     let h_version = header(mcp::H_PROTOCOL_VERSION, version_value)?;
     if h_version != version {
@@ -146,6 +142,12 @@ fn check_headers(
         }
     }
     Ok(())
+}
+
+/// A mirrored header's value, decoded; the mismatch message when it is missing or undecodable.
+fn decoded<'h>(name: &str, raw: Option<&'h http::HeaderValue>) -> Result<std::borrow::Cow<'h, str>, String> {
+    let raw = raw.ok_or_else(|| format!("missing {name} header"))?;
+    header_value::decode(raw.as_bytes()).map_err(|e| format!("{name} header: {e}"))
 }
 
 /// Whether a message opens the modern way: its `params._meta` names a protocol version. Such

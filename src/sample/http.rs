@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
-use http_body_util::{BodyExt, Limited};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -22,6 +21,7 @@ use super::respond::{Closed, Resp, json, record_and_fail, sse, status};
 use crate::downstream::validate::{self, Body};
 use crate::error::Error;
 use crate::jsonrpc::{Incoming, RequestId, encode_error, encode_result};
+use crate::whole::whole;
 
 /// A running sample HTTP server. Dropping it does not stop it; call [`SampleHttp::stop`].
 pub struct SampleHttp {
@@ -141,7 +141,7 @@ async fn serve(
         return Ok(status(StatusCode::METHOD_NOT_ALLOWED));
     }
     let (parts, body) = req.into_parts();
-    let Ok(body) = Limited::new(body, 1 << 20).collect().await.map(|b| b.to_bytes()) else {
+    let Ok(body) = whole(body, 1 << 20).await else {
         return Ok(status(StatusCode::PAYLOAD_TOO_LARGE));
     };
     let Ok(text) = std::str::from_utf8(&body) else {

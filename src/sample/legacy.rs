@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, StatusCode};
-use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -17,6 +16,7 @@ use super::handler::{Handled, Sample, SampleEvent};
 use super::respond::{Closed, Resp, json, record_and_fail, sse, status};
 use crate::jsonrpc::{Incoming, Kind, RawObject, RpcError, code, encode_error, encode_result, raw_str};
 use crate::mcp;
+use crate::whole::whole;
 
 pub(super) async fn serve(
     sample: &Sample,
@@ -39,7 +39,7 @@ pub(super) async fn serve(
         _ => return Ok(status(StatusCode::METHOD_NOT_ALLOWED)),
     }
     let (parts, body) = req.into_parts();
-    let Ok(body) = Limited::new(body, 1 << 20).collect().await.map(|b| b.to_bytes()) else {
+    let Ok(body) = whole(body, 1 << 20).await else {
         return Ok(status(StatusCode::PAYLOAD_TOO_LARGE));
     };
     let Ok(text) = std::str::from_utf8(&body) else { return Ok(status(StatusCode::BAD_REQUEST)) };

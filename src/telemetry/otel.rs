@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
@@ -16,6 +16,7 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::config::TelemetryConfig;
+use crate::whole::whole;
 
 /// How long one export may take; the SDK drops the batch after.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -78,7 +79,7 @@ impl opentelemetry_http::HttpClient for Client {
             let request = http::Request::from_parts(parts, Full::new(body));
             let answer = tokio::time::timeout(EXPORT_TIMEOUT, client.request(request)).await??;
             let (parts, body) = answer.into_parts();
-            let body = Limited::new(body, MAX_ANSWER).collect().await?.to_bytes();
+            let body = whole(body, MAX_ANSWER).await?;
             Ok::<_, opentelemetry_http::HttpError>(http::Response::from_parts(parts, body))
         });
         task.await?

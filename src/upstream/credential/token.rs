@@ -8,7 +8,7 @@ use base64::Engine as _;
 use bytes::Bytes;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use http::{Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use serde_json::Value;
 use tokio::time::Instant;
 use zeroize::Zeroizing;
@@ -18,6 +18,7 @@ use super::{
 };
 use crate::config::{ClientAuth, OAuthClient};
 use crate::upstream::http::HttpClient;
+use crate::whole::whole;
 
 /// A client of one token endpoint.
 pub struct TokenClient {
@@ -105,11 +106,9 @@ impl TokenClient {
                 .await
                 .map_err(|e| CredentialError::Unreachable { url: self.url.clone(), source: Box::new(e) })?;
             let status = resp.status();
-            let body = Limited::new(resp.into_body(), MAX_TOKEN_RESPONSE)
-                .collect()
+            let body = whole(resp.into_body(), MAX_TOKEN_RESPONSE)
                 .await
-                .map_err(|source| CredentialError::Unreachable { url: self.url.clone(), source })?
-                .to_bytes();
+                .map_err(|e| CredentialError::Unreachable { url: self.url.clone(), source: Box::new(e) })?;
             Ok::<_, CredentialError>((status, Zeroizing::new(body.to_vec())))
         };
         let (status, body) = tokio::time::timeout(self.timeout, exchange)
