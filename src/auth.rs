@@ -14,13 +14,12 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use http::HeaderMap;
-use http::header::AUTHORIZATION;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::config::{AuthConfig, AuthMode};
+use crate::headers::{Headers, Known};
 use crate::upstream::http::HttpClient;
 
 /// Who an authenticated caller is.
@@ -249,12 +248,12 @@ impl Authenticator {
     }
 
     /// The principal of a request.
-    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, AuthError> {
+    pub async fn authenticate(&self, headers: Headers<'_>) -> Result<Principal, AuthError> {
         if self.off {
             return Ok(Principal::Anonymous);
         }
-        let value = headers.get(AUTHORIZATION).ok_or(AuthError::Missing)?;
-        let token = bearer(value.as_bytes()).ok_or(AuthError::Invalid(jwt::TokenError::NotBearer))?;
+        let value = headers.get(Known::Authorization).ok_or(AuthError::Missing)?;
+        let token = bearer(value).ok_or(AuthError::Invalid(jwt::TokenError::NotBearer))?;
         if !self.keys.is_empty()
             && let Some(p) = self.api_key(token)
         {

@@ -34,6 +34,7 @@ pub mod cluster;
 pub mod config;
 pub mod downstream;
 pub mod error;
+pub mod headers;
 pub mod hub;
 pub mod jsonrpc;
 pub mod mcp;

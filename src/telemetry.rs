@@ -83,7 +83,7 @@ pub fn install(log: &LogConfig, telemetry: &TelemetryConfig) -> Result<Telemetry
 ///
 /// With the `otel` feature the span continues the trace of the request's `traceparent`
 /// header; the returned flag says it did (then `_meta.traceparent` is not looked at).
-pub fn request_span(headers: &http::HeaderMap) -> (tracing::Span, bool) {
+pub fn request_span(headers: crate::headers::Headers<'_>) -> (tracing::Span, bool) {
     let span = tracing::info_span!(
         "request",
         otel.kind = "server",

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN};
+use http::header::{ALLOW, CONNECTION, CONTENT_TYPE};
 use http::{HeaderValue, Method, Request, StatusCode};
 use tracing::Instrument;
 
@@ -21,12 +21,24 @@ use super::validate::{self, Body};
 use crate::auth::Authenticator;
 use crate::config::ListenConfig;
 use crate::error::DownstreamError;
+use crate::headers::{Headers, Known};
 use crate::hub::Hub;
 use crate::jsonrpc::{Incoming, Kind};
-use crate::mcp::{self, legacy_method};
+use crate::mcp::legacy_method;
 use crate::router::{Call, Router};
 use crate::telemetry::{Metrics, Rejection};
 use crate::whole::{WholeError, whole};
+
+/// What the endpoint reads of a request before its body.
+#[derive(Clone, Copy)]
+pub(super) struct Front<'a> {
+    pub method: &'a Method,
+    /// The target's path.
+    pub path: &'a str,
+    /// The target's authority (an absolute-form target's), which stands for `Host`.
+    pub authority: Option<&'a str>,
+    pub headers: Headers<'a>,
+}
 
 /// The endpoint: a cheap handle shared by every connection.
 #[derive(Clone)]
@@ -177,48 +189,64 @@ impl Endpoint {
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let (span, traced) = crate::telemetry::request_span(req.headers());
-        self.serve_in_span(req, peer, traced).instrument(span).await
+        let (parts, body) = req.into_parts();
+        let front = Front {
+            method: &parts.method,
+            path: parts.uri.path(),
+            authority: parts.uri.authority().map(http::uri::Authority::as_str),
+            headers: Headers::Map(&parts.headers),
+        };
+        self.serve_front(front, body, peer).await
     }
 
-    async fn serve_in_span<B>(&self, req: Request<B>, peer: Option<std::net::IpAddr>, traced: bool) -> Resp
+    /// Serves one request whose head is `front` and whose body is `body`, from `peer`, in its
+    /// own `request` span: [`Self::serve_from`] for a request hyper parsed, the lean path's
+    /// own for one it read.
+    pub(super) async fn serve_front<B>(&self, front: Front<'_>, body: B, peer: Option<std::net::IpAddr>) -> Resp
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let (span, traced) = crate::telemetry::request_span(front.headers);
+        self.serve_in_span(front, body, peer, traced).instrument(span).await
+    }
+
+    async fn serve_in_span<B>(&self, req: Front<'_>, body: B, peer: Option<std::net::IpAddr>, traced: bool) -> Resp
     where
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let started = std::time::Instant::now();
-        if req.uri().path().starts_with(crate::auth::WELL_KNOWN)
-            && req.method() == Method::GET
-            && let Some(doc) = self.0.auth.metadata_document(req.uri().path(), &self.0.path)
+        if req.path.starts_with(crate::auth::WELL_KNOWN)
+            && *req.method == Method::GET
+            && let Some(doc) = self.0.auth.metadata_document(req.path, &self.0.path)
         {
             let mut resp = respond::json(StatusCode::OK, Bytes::from(doc.to_owned()));
             resp.headers_mut().insert(http::header::CACHE_CONTROL, HeaderValue::from_static("max-age=3600"));
             return resp;
         }
-        if req.uri().path() != self.0.path {
-            if !self.0.metrics_path.is_empty() && req.uri().path() == self.0.metrics_path && req.method() == Method::GET
-            {
+        if req.path != self.0.path {
+            if !self.0.metrics_path.is_empty() && req.path == self.0.metrics_path && *req.method == Method::GET {
                 return self.metrics();
             }
             return plain(StatusCode::NOT_FOUND, "not found");
         }
-        let authority =
-            req.uri().authority().map(|a| a.as_str()).or_else(|| req.headers().get(HOST).and_then(|h| h.to_str().ok()));
+        let authority = req.authority.or_else(|| req.headers.get_str(Known::Host));
         if let Some(host) = authority
             && !self.0.policy.host_allowed(host)
         {
             self.0.metrics.rejection(Rejection::Host);
             return respond::error(None, DownstreamError::HostNotAllowed.into());
         }
-        if let Some(origin) = req.headers().get(ORIGIN)
-            && !origin.to_str().is_ok_and(|o| self.0.policy.origin_allowed(o))
+        if let Some(origin) = req.headers.get(Known::Origin)
+            && !crate::headers::to_str(origin).is_some_and(|o| self.0.policy.origin_allowed(o))
         {
             self.0.metrics.rejection(Rejection::Origin);
             return respond::error(None, DownstreamError::OriginNotAllowed.into());
         }
         // Every request authenticates on its own (no handshake to lean on); the header is
         // never logged nor forwarded.
-        let principal = match self.0.auth.authenticate(req.headers()).await {
+        let principal = match self.0.auth.authenticate(req.headers).await {
             Ok(p) => p,
             Err(e) => return self.refuse(&e),
         };
@@ -230,27 +258,26 @@ impl Endpoint {
         }
         // GET and DELETE belong to legacy sessions; without a session id they are the modern
         // endpoint's 405.
-        if let Some(session) = req.headers().get(&mcp::header_name::SESSION_ID) {
-            if req.method() == Method::GET {
-                let get = legacy::http::get(&self.0.legacy, &self.0.sessions, req.headers(), session, &principal);
+        if let Some(session) = req.headers.get(Known::SessionId) {
+            if *req.method == Method::GET {
+                let get = legacy::http::get(&self.0.legacy, &self.0.sessions, req.headers, session, &principal);
                 return Box::pin(get).await;
             }
-            if req.method() == Method::DELETE {
+            if *req.method == Method::DELETE {
                 return Box::pin(legacy::http::delete(&self.0.sessions, session, &principal)).await;
             }
         }
-        if req.method() != Method::POST {
+        if *req.method != Method::POST {
             let mut resp = respond::error(None, DownstreamError::HttpMethodNotAllowed.into());
             resp.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"));
             return resp;
         }
-        if let Some(ct) = req.headers().get(CONTENT_TYPE)
-            && !ct.to_str().is_ok_and(is_json_media_type)
+        if let Some(ct) = req.headers.get(Known::ContentType)
+            && !crate::headers::to_str(ct).is_some_and(is_json_media_type)
         {
             return respond::error(None, DownstreamError::UnsupportedMediaType.into());
         }
-        let declared =
-            req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+        let declared = req.headers.get_str(Known::ContentLength).and_then(|v| v.parse::<u64>().ok());
         let too_large = || {
             self.0.metrics.rejection(Rejection::BodyTooLarge);
             respond::error(None, DownstreamError::BodyTooLarge { limit: self.0.max_body }.into())
@@ -258,7 +285,6 @@ impl Endpoint {
         if declared.is_some_and(|n| n > self.0.max_body as u64) {
             return too_large();
         }
-        let (parts, body) = req.into_parts();
         // A body that trickles in holds the connection and its buffer: it gets `body_timeout`
         // from the head, then 408 and `Connection: close` (the unread rest is never parsed as
         // a next request).
@@ -278,20 +304,18 @@ impl Endpoint {
         };
         // Only an `initialize` or a request naming a session can be legacy; checking the shape
         // first keeps the modern hot path to one parse of the params.
-        let maybe_legacy =
-            msg.method() == legacy_method::INITIALIZE || parts.headers.contains_key(&mcp::header_name::SESSION_ID);
+        let maybe_legacy = msg.method() == legacy_method::INITIALIZE || req.headers.contains(Known::SessionId);
         if maybe_legacy && !validate::is_modern(&msg) {
             crate::telemetry::record_method(msg.method());
             if msg.kind == Kind::Request && msg.method() == legacy_method::INITIALIZE {
                 return Box::pin(legacy::http::initialize(&self.0.legacy, &self.0.sessions, &msg, &principal)).await;
             }
-            if let Some(session) = parts.headers.get(&mcp::header_name::SESSION_ID) {
-                let post =
-                    legacy::http::post(&self.0.legacy, &self.0.sessions, &parts.headers, session, &msg, &principal);
+            if let Some(session) = req.headers.get(Known::SessionId) {
+                let post = legacy::http::post(&self.0.legacy, &self.0.sessions, req.headers, session, &msg, &principal);
                 return Box::pin(post).await;
             }
         }
-        let checked = match validate::check(&parts.headers, &msg) {
+        let checked = match validate::check(req.headers, &msg) {
             Ok(Body::Notification) => return empty(StatusCode::ACCEPTED),
             Ok(Body::Request(c)) => c,
             Err(r) => return respond::rejected(r),

@@ -21,7 +21,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use http::Uri;
+use http::{Method, Uri};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -37,8 +37,10 @@ use self::rewind::Rewind;
 use self::write::Ended;
 use super::Endpoint;
 use super::deadline::lazy_timeout;
+use super::http::Front;
 use super::quiet::Quiet;
 use super::watch::{InFlight, Watch};
+use crate::headers::{Headers, Raw};
 
 /// The first read's buffer; it doubles up to the head bound as a head needs.
 const FIRST_READ: usize = 1024;
@@ -212,17 +214,18 @@ async fn next_request<T: AsyncRead + AsyncWrite + Unpin>(
             return Next::Done;
         }
     }
-    // The request's bytes, frozen: its header values and body are slices of them.
+    // The request's bytes, frozen: the endpoint reads its headers where they are, and its
+    // body is a slice of them.
     let bytes = buf.split_to(need).freeze();
-    let Some(request) = head.request(&bytes, &lean.uri, ranges) else {
+    let Some(headers) = Raw::checked(&bytes[..head.head_len], ranges) else {
         // A header `http` refuses: hyper answers it (400) from these bytes on.
         let mut read = BytesMut::from(&bytes[..]);
         read.extend_from_slice(&buf);
         return Next::HandOff(read);
     };
-    let body = bytes.slice(head.head_len..);
-    drop(bytes);
-    let resp = lean.endpoint.serve_from(request.map(|()| Full::new(body)), Some(lean.peer.ip())).await;
+    let front = Front { method: &Method::POST, path: lean.uri.path(), authority: None, headers: Headers::Raw(headers) };
+    let body = Full::new(bytes.slice(head.head_len..));
+    let resp = lean.endpoint.serve_front(front, body, Some(lean.peer.ip())).await;
     Next::Serve { resp: Box::new(resp), close: head.close, rest: buf, in_flight }
 }
 

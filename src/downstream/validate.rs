@@ -2,9 +2,8 @@
 //! mirrored headers against the body (Streamable HTTP only), supported version, known method.
 //! Shared by the proxy's endpoints (HTTP and stdio) and the built-in sample server.
 
-use http::HeaderMap;
-
 use crate::error::DownstreamError;
+use crate::headers::{Headers, Known, NotUtf8};
 use crate::jsonrpc::{Incoming, Kind, MessageError, RawObject, RequestId};
 use crate::mcp::{self, header_value};
 
@@ -34,7 +33,7 @@ fn reject(id: Option<&RequestId>, error: DownstreamError) -> Rejected {
 }
 
 /// Validates one POST body against its headers.
-pub fn check<'a>(headers: &HeaderMap, msg: &'a Incoming<'a>) -> Result<Body<'a>, Rejected> {
+pub fn check<'a>(headers: Headers<'_>, msg: &'a Incoming<'a>) -> Result<Body<'a>, Rejected> {
     check_with(Some(headers), msg)
 }
 
@@ -44,7 +43,7 @@ pub fn check_body<'a>(msg: &'a Incoming<'a>) -> Result<Body<'a>, Rejected> {
     check_with(None, msg)
 }
 
-fn check_with<'a>(headers: Option<&HeaderMap>, msg: &'a Incoming<'a>) -> Result<Body<'a>, Rejected> {
+fn check_with<'a>(headers: Option<Headers<'_>>, msg: &'a Incoming<'a>) -> Result<Body<'a>, Rejected> {
     let id = match msg.kind {
         Kind::Notification => return Ok(Body::Notification),
         Kind::Response => {
@@ -101,38 +100,27 @@ fn check_with<'a>(headers: Option<&HeaderMap>, msg: &'a Incoming<'a>) -> Result<
 
 /// The mirrored headers against the body (reference §2.1).
 fn check_headers(
-    headers: &HeaderMap,
+    headers: Headers<'_>,
     id: &RequestId,
     method: &str,
     version: &str,
     params: &RawObject<'_>,
 ) -> Result<(), Rejected> {
     let mismatch = |m: String| reject(Some(id), DownstreamError::HeaderMismatch(m));
-    // One pass over the headers, keeping each mirrored header's first value as `get` would:
-    // three hashed lookups cost more than comparing a request's few names.
-    let [mut version_value, mut method_value, mut name_value] = [None; 3];
-    for (name, value) in headers {
-        let slot = match name.as_str() {
-            mcp::H_PROTOCOL_VERSION => &mut version_value,
-            mcp::H_METHOD => &mut method_value,
-            mcp::H_NAME => &mut name_value,
-            _ => continue,
-        };
-        slot.get_or_insert(value);
-    }
-    let header = |name: &str, raw| decoded(name, raw).map_err(mismatch);
-    let h_version = header(mcp::H_PROTOCOL_VERSION, version_value)?;
+    // Each mirrored header's first value, as `HeaderMap::get` gives it.
+    let header = |known: Known| decoded(known, headers.text(known)).map_err(mismatch);
+    let h_version = header(Known::ProtocolVersion)?;
     if h_version != version {
         return Err(mismatch(format!(
             "MCP-Protocol-Version header value '{h_version}' does not match body value '{version}'"
         )));
     }
-    let h_method = header(mcp::H_METHOD, method_value)?;
+    let h_method = header(Known::Method)?;
     if h_method != method {
         return Err(mismatch(format!("Mcp-Method header value '{h_method}' does not match body value '{method}'")));
     }
     if let Some(field) = mcp::name_param(method) {
-        let h_name = header(mcp::H_NAME, name_value)?;
+        let h_name = header(Known::Name)?;
         let body_name = params.get_str(field);
         if body_name.as_deref() != Some(&*h_name) {
             return Err(mismatch(format!(
@@ -144,10 +132,14 @@ fn check_headers(
     Ok(())
 }
 
-/// A mirrored header's value, decoded; the mismatch message when it is missing or undecodable.
-fn decoded<'h>(name: &str, raw: Option<&'h http::HeaderValue>) -> Result<std::borrow::Cow<'h, str>, String> {
-    let raw = raw.ok_or_else(|| format!("missing {name} header"))?;
-    header_value::decode(raw.as_bytes()).map_err(|e| format!("{name} header: {e}"))
+/// A mirrored header's value (absent, or whether it is UTF-8), decoded; the mismatch message
+/// when it is missing or undecodable.
+fn decoded(known: Known, text: Option<Result<&str, NotUtf8>>) -> Result<std::borrow::Cow<'_, str>, String> {
+    let name = known.name().as_str();
+    let text = text.ok_or_else(|| format!("missing {name} header"))?;
+    text.map_err(|NotUtf8| header_value::DecodeError::InvalidCharacters)
+        .and_then(header_value::decode_text)
+        .map_err(|e| format!("{name} header: {e}"))
 }
 
 /// Whether a message opens the modern way: its `params._meta` names a protocol version. Such
@@ -171,7 +163,7 @@ pub fn message_error(e: MessageError) -> Rejected {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
+    use http::{HeaderMap, HeaderValue};
 
     const READ: &str = r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"a://b",
         "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
@@ -183,11 +175,17 @@ mod tests {
             map.append(http::HeaderName::from_bytes(name.as_bytes()).unwrap(), HeaderValue::from_str(value).unwrap());
         }
         let msg = Incoming::parse(READ).expect("valid JSON-RPC");
-        match check(&map, &msg) {
+        let outcome = |headers| match check(headers, &msg) {
             Ok(_) => None,
             Err(Rejected { error: DownstreamError::HeaderMismatch(m), .. }) => Some(m),
             Err(Rejected { error, .. }) => panic!("not a header mismatch: {error}"),
-        }
+        };
+        // The lean path's view of the same headers, names as sent, judges them alike.
+        let (bytes, places) = crate::headers::lines(headers);
+        let raw = crate::headers::Raw::checked(&bytes, &places).expect("valid headers");
+        let found = outcome(Headers::Map(&map));
+        assert_eq!(outcome(Headers::Raw(raw)), found, "the lean path's view judges {headers:?} alike");
+        found
     }
 
     const VERSION: (&str, &str) = ("MCP-Protocol-Version", "2026-07-28");

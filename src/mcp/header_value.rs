@@ -44,11 +44,15 @@ pub enum DecodeError {
 
 /// Decodes a mirrored header value from its raw bytes; borrowed unless it was base64-encoded.
 pub fn decode(raw: &[u8]) -> Result<std::borrow::Cow<'_, str>, DecodeError> {
-    if !raw.iter().all(|b| (0x20..0x7f).contains(b) || *b == b'\t') {
+    decode_text(std::str::from_utf8(raw).map_err(|_| DecodeError::InvalidCharacters)?)
+}
+
+/// [`decode`] for a value already known to be UTF-8 (it must still be visible ASCII).
+pub fn decode_text(text: &str) -> Result<std::borrow::Cow<'_, str>, DecodeError> {
+    // Every byte is looked at (no early exit), so the compiler can check many at once.
+    if !text.bytes().fold(true, |ok, b| ok & ((0x20..0x7f).contains(&b) || b == b'\t')) {
         return Err(DecodeError::InvalidCharacters);
     }
-    // Safe: checked ASCII above.
-    let text = std::str::from_utf8(raw).map_err(|_| DecodeError::InvalidCharacters)?;
     match text.strip_prefix(OPEN).and_then(|t| t.strip_suffix(CLOSE)) {
         Some(b64) => {
             let bytes = STANDARD.decode(b64).map_err(|_| DecodeError::BadBase64)?;

@@ -127,14 +127,18 @@ where
     tracing_opentelemetry::layer().with_tracer(tracer).with_context_activation(false)
 }
 
-struct Headers<'a>(&'a http::HeaderMap);
+struct Headers<'a>(crate::headers::Headers<'a>);
 
 impl Extractor for Headers<'_> {
     fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|v| v.to_str().ok())
+        let name = http::HeaderName::from_bytes(key.as_bytes()).ok()?;
+        self.0.get_all(&name).next().and_then(crate::headers::to_str)
     }
     fn keys(&self) -> Vec<&str> {
-        self.0.keys().map(|k| k.as_str()).collect()
+        // Names as sent (the lean path's are not lower-cased); each once.
+        let mut keys: Vec<&str> = self.0.iter().filter_map(|(n, _)| std::str::from_utf8(n).ok()).collect();
+        keys.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
+        keys
     }
 }
 
@@ -170,7 +174,7 @@ fn continue_from(span: &tracing::Span, cx: opentelemetry::Context) -> bool {
 }
 
 /// Continues the trace named by the request's `traceparent` header, if any.
-pub(super) fn continue_from_headers(span: &tracing::Span, headers: &http::HeaderMap) -> bool {
+pub(super) fn continue_from_headers(span: &tracing::Span, headers: crate::headers::Headers<'_>) -> bool {
     continue_from(span, TraceContextPropagator::new().extract(&Headers(headers)))
 }
 

@@ -2,33 +2,15 @@
 //! decides whether the lean path serves the request or hands the connection to hyper, so no
 //! body is read twice.
 
-use std::ops::Range;
-
-use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING, UPGRADE};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version};
+use http::{HeaderName, Uri};
 
+use crate::headers::Place;
+use crate::mcp::H_METHOD;
 use crate::mcp::method::LISTEN;
-use crate::mcp::{H_METHOD, header_name};
 
 /// Headers a lean head may carry; a head with more is left to hyper (its own bound is 100).
 const MAX_HEADERS: usize = 64;
-
-/// The MCP headers a modern request carries, ready-made: `HeaderName::from_bytes` copies a
-/// name that is not one of HTTP's standard headers into an allocation of its own, which for
-/// these would be three or four allocations (and frees) per request. A `static`: a `const`
-/// array is built and dropped at every use.
-static MCP_HEADERS: [HeaderName; 4] =
-    [header_name::PROTOCOL_VERSION, header_name::METHOD, header_name::NAME, header_name::SESSION_ID];
-
-/// A header's name: one of [`MCP_HEADERS`] without an allocation, any other as `http` parses
-/// it (`None` when `http` refuses it).
-fn name_of(raw: &[u8]) -> Option<HeaderName> {
-    match MCP_HEADERS.iter().find(|known| raw.eq_ignore_ascii_case(known.as_str().as_bytes())) {
-        Some(known) => Some(known.clone()),
-        None => HeaderName::from_bytes(raw).ok(),
-    }
-}
 
 /// Which requests the lean path takes (`[listen] lean_listens` and `lean_requests`).
 #[derive(Debug, Clone, Copy)]
@@ -57,37 +39,17 @@ pub(super) enum Parsed {
 
 /// Where each header's name and value are in the request's bytes. The connection keeps one
 /// of these from request to request, so a head costs no allocation of its own.
-pub(super) type Ranges = Vec<(Range<usize>, Range<usize>)>;
+pub(super) type Ranges = Vec<Place>;
 
 /// A parsed head: where its body starts, and its length (its headers' places are in the
-/// [`Ranges`] it was parsed with). The request itself is built by [`Head::request`] from the
-/// request's bytes once they are all in, with every header value a slice of them (no copy).
+/// [`Ranges`] it was parsed with, and the endpoint reads them there through
+/// [`crate::headers::Raw`] once the request's bytes are all in).
 #[derive(Debug)]
 pub(super) struct Head {
     pub head_len: usize,
     pub body_len: usize,
     /// The client asked to close the connection after this exchange.
     pub close: bool,
-}
-
-impl Head {
-    /// The request (without its body) whose bytes, head and body, are `bytes`, to `uri`, with
-    /// the headers at `ranges` (from [`parse`]); `None` when a header name or value is not one
-    /// `http` accepts (hyper's to refuse).
-    pub fn request(&self, bytes: &Bytes, uri: &Uri, ranges: &Ranges) -> Option<Request<()>> {
-        let mut map = HeaderMap::with_capacity(ranges.len());
-        for (name, value) in ranges {
-            let name = name_of(&bytes[name.clone()])?;
-            let value = HeaderValue::from_maybe_shared(bytes.slice(value.clone())).ok()?;
-            map.append(name, value);
-        }
-        let mut request = Request::new(());
-        *request.method_mut() = Method::POST;
-        *request.version_mut() = Version::HTTP_11;
-        *request.uri_mut() = uri.clone();
-        *request.headers_mut() = map;
-        Some(request)
-    }
 }
 
 /// Parses `buf` as the start of a request to `uri` (the endpoint's path) that `takes` covers,
@@ -145,6 +107,7 @@ pub(super) fn parse(buf: &[u8], uri: &Uri, takes: Takes, max_body: usize, ranges
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::headers::{Headers, Known, Raw};
 
     const LISTEN_HEAD: &[u8] = b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
         Mcp-Method: subscriptions/listen\r\ncontent-length: 2\r\nConnection: keep-alive, close\r\n\r\n{}";
@@ -166,7 +129,7 @@ mod tests {
     }
 
     fn lean(raw: &[u8], takes: Takes) -> bool {
-        matches!(parse(raw, &mcp(), takes, 100), (Parsed::Lean(head), ranges) if head.request(&Bytes::copy_from_slice(raw), &mcp(), &ranges).is_some())
+        matches!(parse(raw, &mcp(), takes, 100), (Parsed::Lean(_), ranges) if Raw::checked(raw, &ranges).is_some())
     }
 
     #[test]
@@ -176,26 +139,13 @@ mod tests {
         assert_eq!(head.body_len, 2);
         assert!(head.close);
         assert_eq!(ranges.len(), 5, "the ranges of an earlier head are gone");
-        let request = head.request(&Bytes::from_static(LISTEN_HEAD), &mcp(), &ranges).expect("valid headers");
-        assert_eq!(request.headers()["content-type"], "application/json");
-        assert_eq!(request.headers()["mcp-method"], "subscriptions/listen");
-        assert_eq!(request.headers().len(), 5);
-        assert_eq!(request.uri().path(), "/mcp");
+        let headers = Headers::Raw(Raw::checked(LISTEN_HEAD, &ranges).expect("valid headers"));
+        assert_eq!(headers.get_str(Known::ContentType), Some("application/json"));
+        assert_eq!(headers.get_str(Known::Method), Some("subscriptions/listen"));
+        assert_eq!(headers.iter().count(), 5);
         assert!(matches!(parse(&LISTEN_HEAD[..20], &mcp(), LISTENS, 100).0, Parsed::Partial));
         let (Parsed::Lean(head), _) = parse(READ_HEAD, &mcp(), REQUESTS, 100) else { panic!("not lean") };
         assert!(!head.close, "HTTP/1.1 keeps the connection by default");
-    }
-
-    #[test]
-    fn mcp_header_names_are_the_ones_http_would_parse() {
-        for raw in
-            ["Mcp-Method", "MCP-PROTOCOL-VERSION", "mcp-name", "Mcp-Session-Id", "Host", "X-Other", "mcp-methods"]
-        {
-            let expected = HeaderName::from_bytes(raw.as_bytes()).expect("a valid name");
-            assert_eq!(name_of(raw.as_bytes()), Some(expected), "{raw}");
-        }
-        assert_eq!(name_of(b"bad name"), None);
-        assert_eq!(name_of(b""), None);
     }
 
     #[test]
@@ -236,7 +186,7 @@ mod tests {
         let odd = b"POST /mcp HTTP/1.1\r\nmcp-method: resources/read\r\nx: a\x7fb\r\ncontent-length: 0\r\n\r\n";
         match parse(odd, &mcp(), BOTH, 100) {
             (Parsed::Other, _) => {}
-            (Parsed::Lean(head), ranges) => assert!(head.request(&Bytes::from_static(odd), &mcp(), &ranges).is_none()),
+            (Parsed::Lean(_), ranges) => assert!(Raw::checked(odd, &ranges).is_none()),
             (Parsed::Partial, _) => panic!("a whole head"),
         }
     }

@@ -12,7 +12,7 @@
 
 use bytes::Bytes;
 use http::header::ACCEPT;
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderValue, StatusCode};
 use tokio::sync::mpsc;
 
 use super::stream::{StreamOptions, pump};
@@ -22,6 +22,7 @@ use crate::downstream::framing::Framing;
 use crate::downstream::listen::sse_response;
 use crate::downstream::respond::{self, Resp, empty, json};
 use crate::error::{DownstreamError, Error, Side};
+use crate::headers::{self, Headers, Known};
 use crate::jsonrpc::{Incoming, Kind, encode_error, encode_result};
 use crate::mcp;
 
@@ -50,8 +51,8 @@ pub async fn initialize(legacy: &Legacy, sessions: &SessionTable, msg: &Incoming
 pub async fn post(
     legacy: &Legacy,
     sessions: &SessionTable,
-    headers: &HeaderMap,
-    session_id: &HeaderValue,
+    headers: Headers<'_>,
+    session_id: &[u8],
     msg: &Incoming<'_>,
     principal: &Principal,
 ) -> Resp {
@@ -79,12 +80,12 @@ pub async fn post(
 pub async fn get(
     legacy: &Legacy,
     sessions: &SessionTable,
-    headers: &HeaderMap,
-    session_id: &HeaderValue,
+    headers: Headers<'_>,
+    session_id: &[u8],
     principal: &Principal,
 ) -> Resp {
-    let accepts_sse = headers.get_all(ACCEPT).iter().any(|v| {
-        v.to_str().is_ok_and(|v| {
+    let accepts_sse = headers.get_all(&ACCEPT).any(|v| {
+        headers::to_str(v).is_some_and(|v| {
             v.split(',')
                 .any(|t| matches!(t.split(';').next().map(str::trim), Some("text/event-stream" | "text/*" | "*/*")))
         })
@@ -118,10 +119,10 @@ pub async fn get(
 }
 
 /// DELETE: ends the session (its owner only; anyone else gets 404).
-pub async fn delete(sessions: &SessionTable, session_id: &HeaderValue, principal: &Principal) -> Resp {
-    let ended = match session_id.to_str() {
-        Ok(token) => sessions.end_everywhere(token, principal).await,
-        Err(_) => Err(DownstreamError::SessionNotFound.into()),
+pub async fn delete(sessions: &SessionTable, session_id: &[u8], principal: &Principal) -> Resp {
+    let ended = match headers::to_str(session_id) {
+        Some(token) => sessions.end_everywhere(token, principal).await,
+        None => Err(DownstreamError::SessionNotFound.into()),
     };
     match ended {
         Ok(()) => empty(StatusCode::OK),
@@ -131,18 +132,18 @@ pub async fn delete(sessions: &SessionTable, session_id: &HeaderValue, principal
 
 fn resolve(
     sessions: &SessionTable,
-    session_id: &HeaderValue,
+    session_id: &[u8],
     principal: &Principal,
 ) -> Result<std::sync::Arc<super::DownstreamSession>, Error> {
-    let token = session_id.to_str().map_err(|_| DownstreamError::SessionNotFound)?;
+    let token = headers::to_str(session_id).ok_or(DownstreamError::SessionNotFound)?;
     sessions.resolve(token, principal)
 }
 
 /// `MCP-Protocol-Version` on a legacy request: absent means 2025-03-26; present, it must be a
 /// legacy version the proxy speaks (a 400 otherwise, as the legacy transport prescribes).
-fn check_version(headers: &HeaderMap) -> Result<(), Error> {
-    let Some(value) = headers.get(mcp::H_PROTOCOL_VERSION) else { return Ok(()) };
-    let requested = String::from_utf8_lossy(value.as_bytes()).into_owned();
+fn check_version(headers: Headers<'_>) -> Result<(), Error> {
+    let Some(value) = headers.get(Known::ProtocolVersion) else { return Ok(()) };
+    let requested = String::from_utf8_lossy(value).into_owned();
     if mcp::SUPPORTED_LEGACY.contains(&requested.as_str()) {
         return Ok(());
     }

@@ -128,7 +128,7 @@ impl Conn {
             return self.send(&duplicate(&id)).await;
         };
         let permit = permits.clone().acquire_owned().await.expect("never closed");
-        let (span, _) = crate::telemetry::request_span(&http::HeaderMap::new());
+        let (span, _) = crate::telemetry::request_span(crate::headers::Headers::NONE);
         self.requests.spawn(self.clone().run(line, id, seq, cancel, permit, route).instrument(span));
     }
 

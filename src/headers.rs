@@ -1,0 +1,409 @@
+//! A request's headers as the endpoint reads them (issue #14: a cached read at the cost of a
+//! bare server). hyper's path has them in an `http::HeaderMap`. The lean path
+//! ([`crate::downstream`]'s own HTTP/1.1 reader) has them as its request's bytes and the
+//! places httparse found each name and value in; building a `HeaderMap` from those cost a
+//! seventh of a cached read (hashing, two allocations, a `Bytes` per value, and their drop),
+//! to be looked up a handful of times. [`Headers`] serves both: the same lookups, with the
+//! same answers, on either.
+//!
+//! A [`Raw`] view is made only by [`Raw::checked`], which accepts exactly the names and
+//! values `http` accepts (the unit tests compare every byte with `http`'s own rules), so a
+//! request the lean path serves is one hyper's path would have had the same headers for.
+
+use std::ops::Range;
+
+use http::{HeaderMap, HeaderName, header};
+
+use crate::mcp;
+
+/// Where one header's name and value lie in a request's bytes.
+pub type Place = (Range<usize>, Range<usize>);
+
+/// The headers the endpoint reads. A [`Raw`] view finds each of them as it checks the
+/// request's headers, so looking one up costs an index, not a scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Known {
+    Host,
+    Origin,
+    Authorization,
+    ContentType,
+    ContentLength,
+    Accept,
+    SessionId,
+    ProtocolVersion,
+    Method,
+    Name,
+}
+
+/// Each [`Known`]'s name, in its order.
+static KNOWN: [HeaderName; 10] = [
+    header::HOST,
+    header::ORIGIN,
+    header::AUTHORIZATION,
+    header::CONTENT_TYPE,
+    header::CONTENT_LENGTH,
+    header::ACCEPT,
+    mcp::header_name::SESSION_ID,
+    mcp::header_name::PROTOCOL_VERSION,
+    mcp::header_name::METHOD,
+    mcp::header_name::NAME,
+];
+
+impl Known {
+    #[cfg(test)]
+    const ALL: [Known; 10] = [
+        Self::Host,
+        Self::Origin,
+        Self::Authorization,
+        Self::ContentType,
+        Self::ContentLength,
+        Self::Accept,
+        Self::SessionId,
+        Self::ProtocolVersion,
+        Self::Method,
+        Self::Name,
+    ];
+
+    /// Its header name.
+    pub fn name(self) -> &'static HeaderName {
+        &KNOWN[self as usize]
+    }
+
+    /// The known header `raw` names, in any case (told apart by length first).
+    fn of(raw: &[u8]) -> Option<Self> {
+        let candidates: &[Known] = match raw.len() {
+            4 => &[Self::Host],
+            6 => &[Self::Origin, Self::Accept],
+            8 => &[Self::Name],
+            10 => &[Self::Method],
+            12 => &[Self::ContentType],
+            13 => &[Self::Authorization],
+            14 => &[Self::ContentLength, Self::SessionId],
+            20 => &[Self::ProtocolVersion],
+            _ => return None,
+        };
+        candidates.iter().copied().find(|k| token_is(raw, k.name().as_str().as_bytes()))
+    }
+}
+
+/// A header value that is not UTF-8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotUtf8;
+
+/// The headers of one request.
+#[derive(Clone, Copy)]
+pub enum Headers<'a> {
+    /// hyper's parse.
+    Map(&'a HeaderMap),
+    /// The lean path's: the request's bytes and each header's place in them.
+    Raw(Raw<'a>),
+}
+
+/// Headers left where they were read. Names are as sent (any case); values as `http` would
+/// hold them.
+#[derive(Clone, Copy)]
+pub struct Raw<'a> {
+    bytes: &'a [u8],
+    /// `bytes` as text, when they are UTF-8 (a head with only ASCII in it is): then a value
+    /// is a slice of it, not checked again.
+    text: Option<&'a str>,
+    places: &'a [Place],
+    /// Where each [`Known`] header's first value is: its index in `places`, plus one (0: absent).
+    first: [u16; KNOWN.len()],
+}
+
+/// Whether the token `raw` (only name bytes, see [`NAME_BYTES`]) is `lower`, a lower-case
+/// name of letters and `-`, in any case. Setting bit 5 lower-cases a letter; of the name
+/// bytes only a letter's two cases become that letter, and only `-` itself becomes `-`
+/// (CR would, but is no name byte). No early exit, so the compiler can compare many
+/// bytes at once.
+fn token_is(raw: &[u8], lower: &[u8]) -> bool {
+    raw.len() == lower.len() && raw.iter().zip(lower).fold(0, |diff, (&r, &l)| diff | ((r | 0x20) ^ l)) == 0
+}
+
+/// Whether every byte of `bytes` passes `ok`, looking at all of them (no early exit, so the
+/// compiler can check many bytes at once: the common case is that all pass).
+fn all_bytes(bytes: &[u8], ok: impl Fn(u8) -> bool) -> bool {
+    bytes.iter().fold(true, |all, &b| all & ok(b))
+}
+
+/// The longest header name `http` accepts.
+const MAX_NAME: usize = (1 << 16) - 1;
+
+/// Whether `b` may appear in a header name: an RFC 9110 token character, as `http` takes them.
+const fn name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(b, b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.')
+        || matches!(b, b'^' | b'_' | b'`' | b'|' | b'~')
+}
+
+/// The name bytes as a table: one load per byte.
+static NAME_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = name_byte(b as u8);
+        b += 1;
+    }
+    table
+};
+
+/// Whether `b` may appear in a header value `http` accepts (`HeaderValue::from_bytes`).
+const fn value_byte(b: u8) -> bool {
+    (b >= 0x20 && b != 0x7f) || b == b'\t'
+}
+
+/// `HeaderValue::to_str`'s rule: visible ASCII and tab only.
+fn visible(value: &[u8]) -> bool {
+    all_bytes(value, |b| (0x20..0x7f).contains(&b) || b == b'\t')
+}
+
+/// A value as text, as `HeaderValue::to_str` gives it (`None` where `to_str` fails).
+pub fn to_str(value: &[u8]) -> Option<&str> {
+    if visible(value) { std::str::from_utf8(value).ok() } else { None }
+}
+
+impl<'a> Raw<'a> {
+    /// The headers at `places` in `bytes`, when every name and value is one `http` accepts
+    /// (`None` otherwise: such a request is hyper's to refuse), and there are fewer than
+    /// 65,535 of them.
+    ///
+    /// # Panics
+    /// When a place lies outside `bytes`.
+    pub fn checked(bytes: &'a [u8], places: &'a [Place]) -> Option<Self> {
+        if places.len() >= usize::from(u16::MAX) {
+            return None;
+        }
+        let mut first = [0u16; KNOWN.len()];
+        for (i, (name, value)) in places.iter().enumerate() {
+            let (name, value) = (&bytes[name.clone()], &bytes[value.clone()]);
+            let valid = !name.is_empty()
+                && name.len() <= MAX_NAME
+                && all_bytes(name, |b| NAME_BYTES[b as usize])
+                && all_bytes(value, value_byte);
+            if !valid {
+                return None;
+            }
+            if let Some(known) = Known::of(name) {
+                let slot = &mut first[known as usize];
+                if *slot == 0 {
+                    *slot = i as u16 + 1;
+                }
+            }
+        }
+        Some(Self { bytes, text: std::str::from_utf8(bytes).ok(), places, first })
+    }
+
+    /// The value at `at` as text, when it is UTF-8.
+    fn text(self, at: &Range<usize>) -> Option<&'a str> {
+        match self.text {
+            Some(text) => text.get(at.clone()),
+            None => std::str::from_utf8(&self.bytes[at.clone()]).ok(),
+        }
+    }
+
+    /// Where the first value of `name` is.
+    fn value(self, name: Known) -> Option<&'a Range<usize>> {
+        match self.first[name as usize] {
+            0 => None,
+            at => Some(&self.places[usize::from(at) - 1].1),
+        }
+    }
+
+    fn pairs(self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
+        self.places.iter().map(move |(name, value)| (&self.bytes[name.clone()], &self.bytes[value.clone()]))
+    }
+}
+
+impl<'a> Headers<'a> {
+    /// No headers (a transport without them).
+    pub const NONE: Headers<'static> =
+        Headers::Raw(Raw { bytes: &[], text: Some(""), places: &[], first: [0; KNOWN.len()] });
+
+    /// Every header, names and values, in an order where each name's values keep theirs.
+    pub fn iter(self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
+        let (map, raw) = match self {
+            Self::Map(map) => (Some(map), None),
+            Self::Raw(raw) => (None, Some(raw)),
+        };
+        let map = map.into_iter().flat_map(|m| m.iter().map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())));
+        map.chain(raw.into_iter().flat_map(Raw::pairs))
+    }
+
+    /// Every value of `name`, in the order sent.
+    pub fn get_all(self, name: &HeaderName) -> impl Iterator<Item = &'a [u8]> {
+        let lower = name.as_str().as_bytes();
+        let (map, raw) = match self {
+            Self::Map(map) => (Some(map.get_all(name).iter().map(http::HeaderValue::as_bytes)), None),
+            Self::Raw(raw) => {
+                (None, Some(raw.pairs().filter(move |(n, _)| n.eq_ignore_ascii_case(lower)).map(|(_, v)| v)))
+            }
+        };
+        map.into_iter().flatten().chain(raw.into_iter().flatten())
+    }
+
+    /// The first value of `name`, as `HeaderMap::get` gives it.
+    pub fn get(self, name: Known) -> Option<&'a [u8]> {
+        match self {
+            Self::Map(map) => map.get(name.name()).map(http::HeaderValue::as_bytes),
+            Self::Raw(raw) => raw.value(name).map(|at| &raw.bytes[at.clone()]),
+        }
+    }
+
+    /// The first value of `name`, when present, as text (`Err` when it is not UTF-8).
+    pub fn text(self, name: Known) -> Option<Result<&'a str, NotUtf8>> {
+        match self {
+            Self::Map(_) => self.get(name).map(|v| std::str::from_utf8(v).map_err(|_| NotUtf8)),
+            Self::Raw(raw) => raw.value(name).map(|at| raw.text(at).ok_or(NotUtf8)),
+        }
+    }
+
+    /// The first value of `name` as text (`None` when absent, or not visible ASCII, as
+    /// `HeaderValue::to_str` judges).
+    pub fn get_str(self, name: Known) -> Option<&'a str> {
+        self.text(name)?.ok().filter(|text| visible(text.as_bytes()))
+    }
+
+    /// Whether `name` is present.
+    pub fn contains(self, name: Known) -> bool {
+        self.get(name).is_some()
+    }
+}
+
+/// Headers as a lean request's bytes and places, for tests.
+#[cfg(test)]
+pub(crate) fn lines(headers: &[(&str, &str)]) -> (Vec<u8>, Vec<Place>) {
+    let (mut bytes, mut places) = (Vec::new(), Vec::new());
+    for (name, value) in headers {
+        let at = bytes.len();
+        bytes.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+        let value_at = at + name.len() + 2;
+        places.push((at..at + name.len(), value_at..value_at + value.len()));
+    }
+    (bytes, places)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+    use proptest::prelude::*;
+
+    #[test]
+    fn name_and_value_bytes_are_the_ones_http_accepts() {
+        for b in 0..=255u8 {
+            assert_eq!(NAME_BYTES[b as usize], HeaderName::from_bytes(&[b]).is_ok(), "name byte {b:#04x}");
+            assert_eq!(value_byte(b), HeaderValue::from_bytes(&[b]).is_ok(), "value byte {b:#04x}");
+            if let Ok(v) = HeaderValue::from_bytes(&[b]) {
+                assert_eq!(to_str(&[b]).is_some(), v.to_str().is_ok(), "to_str of byte {b:#04x}");
+            }
+        }
+        assert!(HeaderName::from_bytes(&[b'a'; MAX_NAME]).is_ok());
+        assert!(HeaderName::from_bytes(&[b'a'; MAX_NAME + 1]).is_err());
+    }
+
+    #[test]
+    fn a_name_or_value_http_refuses_makes_no_view() {
+        for bad in [("bad name", "x"), ("", "x"), ("x", "a\u{7f}b"), ("x", "a\rb"), ("x", "a\0b"), ("a\"b", "x")] {
+            let (bytes, places) = lines(&[bad]);
+            assert!(Raw::checked(&bytes, &places).is_none(), "{bad:?}");
+        }
+        let (bytes, places) = lines(&[("x", "tab\there"), ("obs", "caf\u{e9}")]);
+        assert!(Raw::checked(&bytes, &places).is_some(), "tab and obs-text are values http keeps");
+    }
+
+    const NAMES: [&str; 8] =
+        ["Host", "MCP-PROTOCOL-VERSION", "mcp-method", "Accept", "X-Custom", "mcp-name", "Origin", "content-type"];
+
+    proptest! {
+        /// Every lookup answers on the raw view what it answers on the `HeaderMap` hyper
+        /// would have built from the same headers.
+        #[test]
+        fn a_raw_view_answers_as_the_map_would(
+            headers in proptest::collection::vec((0..NAMES.len(), any::<bool>(), "[ -~\t\u{80}-\u{ff}]{0,8}"), 0..10)
+        ) {
+            let mut sent = Vec::new();
+            let mut map = HeaderMap::new();
+            for (i, upper, value) in &headers {
+                let name = if *upper { NAMES[*i].to_ascii_uppercase() } else { NAMES[*i].to_ascii_lowercase() };
+                map.append(HeaderName::from_bytes(name.as_bytes()).unwrap(), HeaderValue::from_bytes(value.as_bytes()).unwrap());
+                sent.push((name, value.clone()));
+            }
+            let sent: Vec<(&str, &str)> = sent.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+            let (bytes, places) = lines(&sent);
+            let raw = Headers::Raw(Raw::checked(&bytes, &places).expect("valid headers"));
+            let map = Headers::Map(&map);
+            for known in Known::ALL {
+                prop_assert_eq!(raw.get(known), map.get(known));
+                prop_assert_eq!(raw.get_str(known), map.get_str(known));
+                prop_assert_eq!(raw.text(known), map.text(known));
+                prop_assert_eq!(raw.contains(known), map.contains(known));
+            }
+            for name in NAMES {
+                let name = HeaderName::from_bytes(name.as_bytes()).unwrap();
+                prop_assert_eq!(raw.get_all(&name).collect::<Vec<_>>(), map.get_all(&name).collect::<Vec<_>>());
+            }
+            let lower = |h: Headers<'_>| {
+                let mut all: Vec<_> = h.iter().map(|(n, v)| (n.to_ascii_lowercase(), v.to_vec())).collect();
+                all.sort_by(|a, b| a.0.cmp(&b.0));
+                all
+            };
+            prop_assert_eq!(lower(raw), lower(map));
+        }
+    }
+
+    #[test]
+    fn a_token_matches_a_known_name_only_in_its_own_letters() {
+        for known in Known::ALL {
+            let lower = known.name().as_str().as_bytes();
+            // Every name byte in every position: only the two cases of the same letter match.
+            for at in 0..lower.len() {
+                for b in (0..=255u8).filter(|&b| NAME_BYTES[b as usize]) {
+                    let mut raw = lower.to_vec();
+                    raw[at] = b;
+                    assert_eq!(token_is(&raw, lower), b.eq_ignore_ascii_case(&lower[at]), "{raw:?} against {lower:?}");
+                }
+            }
+            assert!(!token_is(&lower[1..], lower));
+        }
+    }
+
+    #[test]
+    fn each_known_name_is_found_in_any_case_and_no_other() {
+        for known in Known::ALL {
+            let name = known.name().as_str();
+            assert_eq!(Known::of(name.as_bytes()), Some(known));
+            assert_eq!(Known::of(name.to_ascii_uppercase().as_bytes()), Some(known));
+            let mut near = name.as_bytes().to_vec();
+            near[0] ^= 1;
+            assert_eq!(Known::of(&near), None, "{name} changed");
+        }
+        assert_eq!(Known::of(b"x-custom"), None);
+    }
+
+    #[test]
+    fn a_head_that_is_not_utf8_still_gives_its_other_values_as_text() {
+        let mut bytes = b"host: a\r\nmcp-name: caf".to_vec();
+        bytes.push(0xe9);
+        bytes.extend_from_slice(b"\r\n");
+        let places = [(0..4, 6..7), (9..17, 19..23)];
+        let raw = Headers::Raw(Raw::checked(&bytes, &places).expect("obs-text is a valid value"));
+        let map = HeaderMap::from_iter([
+            (header::HOST, http::HeaderValue::from_static("a")),
+            (mcp::header_name::NAME, http::HeaderValue::from_bytes(b"caf\xe9").unwrap()),
+        ]);
+        for headers in [raw, Headers::Map(&map)] {
+            assert_eq!(headers.text(Known::Host), Some(Ok("a")));
+            assert_eq!(headers.get_str(Known::Host), Some("a"));
+            assert_eq!(headers.text(Known::Name), Some(Err(NotUtf8)));
+            assert_eq!(headers.get(Known::Name), Some(&b"caf\xe9"[..]));
+            assert_eq!(headers.get_str(Known::Name), None);
+        }
+    }
+
+    #[test]
+    fn no_headers_has_none() {
+        assert_eq!(Headers::NONE.get(Known::Host), None);
+        assert_eq!(Headers::NONE.iter().count(), 0);
+    }
+}
