@@ -86,9 +86,9 @@ impl Known {
     }
 }
 
-/// A header value that is not UTF-8.
+/// A header value that is not visible ASCII (`HeaderValue::to_str` fails on it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NotUtf8;
+pub struct NotVisible;
 
 /// The headers of one request.
 #[derive(Clone, Copy)]
@@ -194,12 +194,13 @@ impl<'a> Raw<'a> {
         Some(Self { bytes, text: std::str::from_utf8(bytes).ok(), places, first })
     }
 
-    /// The value at `at` as text, when it is UTF-8.
-    fn text(self, at: &Range<usize>) -> Option<&'a str> {
-        match self.text {
+    /// The value at `at` as text, when it is visible ASCII.
+    fn visible(self, at: &Range<usize>) -> Result<&'a str, NotVisible> {
+        let text = match self.text {
             Some(text) => text.get(at.clone()),
             None => std::str::from_utf8(&self.bytes[at.clone()]).ok(),
-        }
+        };
+        text.filter(|text| visible(text.as_bytes())).ok_or(NotVisible)
     }
 
     /// Where the first value of `name` is.
@@ -250,18 +251,36 @@ impl<'a> Headers<'a> {
         }
     }
 
-    /// The first value of `name`, when present, as text (`Err` when it is not UTF-8).
-    pub fn text(self, name: Known) -> Option<Result<&'a str, NotUtf8>> {
+    /// The first value of `name`, when present, as text (`Err` when it is not visible ASCII,
+    /// as `HeaderValue::to_str` judges).
+    pub fn visible(self, name: Known) -> Option<Result<&'a str, NotVisible>> {
         match self {
-            Self::Map(_) => self.get(name).map(|v| std::str::from_utf8(v).map_err(|_| NotUtf8)),
-            Self::Raw(raw) => raw.value(name).map(|at| raw.text(at).ok_or(NotUtf8)),
+            Self::Map(map) => map.get(name.name()).map(|v| v.to_str().map_err(|_| NotVisible)),
+            Self::Raw(raw) => raw.value(name).map(|at| raw.visible(at)),
+        }
+    }
+
+    /// The first values of each of `names`, as [`Self::visible`] gives them. On a
+    /// `HeaderMap` this is one pass over its headers, not a hashed lookup per name.
+    pub fn visible_many<const N: usize>(self, names: [Known; N]) -> [Option<Result<&'a str, NotVisible>>; N] {
+        match self {
+            Self::Map(map) => {
+                let mut found = [None; N];
+                for (name, value) in map {
+                    if let Some(at) = names.iter().position(|known| known.name() == name) {
+                        found[at].get_or_insert(value);
+                    }
+                }
+                found.map(|value| value.map(|v: &http::HeaderValue| v.to_str().map_err(|_| NotVisible)))
+            }
+            Self::Raw(_) => names.map(|known| self.visible(known)),
         }
     }
 
     /// The first value of `name` as text (`None` when absent, or not visible ASCII, as
     /// `HeaderValue::to_str` judges).
     pub fn get_str(self, name: Known) -> Option<&'a str> {
-        self.text(name)?.ok().filter(|text| visible(text.as_bytes()))
+        self.visible(name)?.ok()
     }
 
     /// Whether `name` is present.
@@ -336,7 +355,7 @@ mod tests {
             for known in Known::ALL {
                 prop_assert_eq!(raw.get(known), map.get(known));
                 prop_assert_eq!(raw.get_str(known), map.get_str(known));
-                prop_assert_eq!(raw.text(known), map.text(known));
+                prop_assert_eq!(raw.visible(known), map.visible(known));
                 prop_assert_eq!(raw.contains(known), map.contains(known));
             }
             for name in NAMES {
@@ -349,6 +368,9 @@ mod tests {
                 all
             };
             prop_assert_eq!(lower(raw), lower(map));
+            let three = [Known::ProtocolVersion, Known::Method, Known::Name];
+            prop_assert_eq!(raw.visible_many(three), map.visible_many(three));
+            prop_assert_eq!(map.visible_many(three), three.map(|k| map.visible(k)));
         }
     }
 
@@ -393,9 +415,9 @@ mod tests {
             (mcp::header_name::NAME, http::HeaderValue::from_bytes(b"caf\xe9").unwrap()),
         ]);
         for headers in [raw, Headers::Map(&map)] {
-            assert_eq!(headers.text(Known::Host), Some(Ok("a")));
+            assert_eq!(headers.visible(Known::Host), Some(Ok("a")));
             assert_eq!(headers.get_str(Known::Host), Some("a"));
-            assert_eq!(headers.text(Known::Name), Some(Err(NotUtf8)));
+            assert_eq!(headers.visible(Known::Name), Some(Err(NotVisible)));
             assert_eq!(headers.get(Known::Name), Some(&b"caf\xe9"[..]));
             assert_eq!(headers.get_str(Known::Name), None);
         }

@@ -3,7 +3,7 @@
 //! Shared by the proxy's endpoints (HTTP and stdio) and the built-in sample server.
 
 use crate::error::DownstreamError;
-use crate::headers::{Headers, Known, NotUtf8};
+use crate::headers::{Headers, Known, NotVisible};
 use crate::jsonrpc::{Incoming, Kind, MessageError, RawObject, RequestId};
 use crate::mcp::{self, header_value};
 
@@ -108,19 +108,21 @@ fn check_headers(
 ) -> Result<(), Rejected> {
     let mismatch = |m: String| reject(Some(id), DownstreamError::HeaderMismatch(m));
     // Each mirrored header's first value, as `HeaderMap::get` gives it.
-    let header = |known: Known| decoded(known, headers.text(known)).map_err(mismatch);
-    let h_version = header(Known::ProtocolVersion)?;
+    let three = [Known::ProtocolVersion, Known::Method, Known::Name];
+    let [version_value, method_value, name_value] = headers.visible_many(three);
+    let header = |known: Known, value| decoded(known, value).map_err(mismatch);
+    let h_version = header(Known::ProtocolVersion, version_value)?;
     if h_version != version {
         return Err(mismatch(format!(
             "MCP-Protocol-Version header value '{h_version}' does not match body value '{version}'"
         )));
     }
-    let h_method = header(Known::Method)?;
+    let h_method = header(Known::Method, method_value)?;
     if h_method != method {
         return Err(mismatch(format!("Mcp-Method header value '{h_method}' does not match body value '{method}'")));
     }
     if let Some(field) = mcp::name_param(method) {
-        let h_name = header(Known::Name)?;
+        let h_name = header(Known::Name, name_value)?;
         let body_name = params.get_str(field);
         if body_name.as_deref() != Some(&*h_name) {
             return Err(mismatch(format!(
@@ -132,12 +134,12 @@ fn check_headers(
     Ok(())
 }
 
-/// A mirrored header's value (absent, or whether it is UTF-8), decoded; the mismatch message
-/// when it is missing or undecodable.
-fn decoded(known: Known, text: Option<Result<&str, NotUtf8>>) -> Result<std::borrow::Cow<'_, str>, String> {
+/// A mirrored header's value (absent, or whether it is visible ASCII), decoded; the mismatch
+/// message when it is missing or undecodable.
+fn decoded(known: Known, text: Option<Result<&str, NotVisible>>) -> Result<std::borrow::Cow<'_, str>, String> {
     let name = known.name().as_str();
     let text = text.ok_or_else(|| format!("missing {name} header"))?;
-    text.map_err(|NotUtf8| header_value::DecodeError::InvalidCharacters)
+    text.map_err(|NotVisible| header_value::DecodeError::InvalidCharacters)
         .and_then(header_value::decode_text)
         .map_err(|e| format!("{name} header: {e}"))
 }
