@@ -4,9 +4,11 @@
 //! dispatcher is a good part of what a cached read costs. Here a clear-text HTTP/1.1
 //! connection's requests are read into a small buffer and their heads parsed with `httparse`.
 //! A small `POST` to the endpoint (a `subscriptions/listen` with `[listen] lean_listens`, any
-//! other with `lean_requests`) is served by the same [`Endpoint::serve_from`] as on hyper's
-//! path (every transport, Origin, Host, auth, rate, version and validation check, and every
-//! status and JSON-RPC error, are the endpoint's), and its response is written here: a whole
+//! other with `lean_requests`) is served by the same endpoint code as on hyper's path
+//! (`Endpoint::serve_front`, which reads its headers where they were read, through
+//! [`crate::headers::Raw`]: every transport, Origin, Host, auth, rate, version and validation
+//! check, and every status and JSON-RPC error, are the endpoint's), and its response is
+//! written here: a whole
 //! body in one vectored write, a stream with a buffer the size of each frame. The connection
 //! then waits for its next request the same way. Anything else is handed to hyper with the
 //! bytes read so far, exactly as if hyper had read them, and hyper serves the connection from
