@@ -406,3 +406,69 @@ async fn at_shutdown_an_idle_connection_closes_and_an_answer_in_the_drain_says_c
         tokio::time::timeout(DEADLINE, stopping).await.expect("shutdown in time").unwrap();
     }
 }
+
+/// The lean path reads headers where they were read (`resmux::headers::Raw`), not from a
+/// `HeaderMap`: every odd header a client may send must be judged as hyper's path judges it.
+#[tokio::test]
+async fn odd_headers_are_judged_as_hyper_judges_them() {
+    let (lean, _a) = proxy(true, |_| {}).await;
+    let (plain, _b) = proxy(false, |_| {}).await;
+    // Each case: what it is, the status both paths give, the read's `Mcp-Name` line (`None`:
+    // the usual one), extra header lines as bytes.
+    type Case = (&'static str, u16, Option<&'static [u8]>, Vec<u8>);
+    let cases: Vec<Case> = vec![
+        ("a DEL byte in a value", 400, None, b"x-note: a\x7fb\r\n".to_vec()),
+        ("a byte that is not UTF-8 in another header", 200, None, b"x-note: caf\xe9\r\n".to_vec()),
+        (
+            "mirrored names in capitals",
+            200,
+            Some(b"MCP-NAME: docs://item/0\r\n"),
+            b"MCP-PROTOCOL-VERSION: 2026-07-28\r\n".to_vec(),
+        ),
+        (
+            "two Mcp-Name values, the first wrong",
+            400,
+            Some(b"mcp-name: docs://item/9\r\nmcp-name: docs://item/0\r\n"),
+            vec![],
+        ),
+        (
+            "two Mcp-Name values, the first right",
+            200,
+            Some(b"mcp-name: docs://item/0\r\nmcp-name: docs://item/9\r\n"),
+            vec![],
+        ),
+        ("an Mcp-Name that is not visible ASCII", 400, Some(b"mcp-name: docs://item/\xe9\r\n"), vec![]),
+        ("a tab in an Mcp-Name", 400, Some(b"mcp-name: docs://item/\t0\r\n"), vec![]),
+        ("a tab in another header", 200, None, b"x-forwarded-host: a\tb\r\n".to_vec()),
+    ];
+    for (what, status, name_line, extra) in cases {
+        let mut seen = Vec::new();
+        for p in [&lean, &plain] {
+            let usual = read_request(p, 7, "docs://item/0", "");
+            let text = String::from_utf8(usual).unwrap();
+            let (head, body) = text.split_once("\r\n\r\n").unwrap();
+            let mut bytes = Vec::new();
+            for line in head.split("\r\n") {
+                match (line.starts_with("mcp-name:"), name_line) {
+                    (true, Some(replacement)) => bytes.extend_from_slice(replacement),
+                    _ => bytes.extend_from_slice(format!("{line}\r\n").as_bytes()),
+                }
+                if line.starts_with("host:") {
+                    bytes.extend_from_slice(&extra);
+                }
+            }
+            bytes.extend_from_slice(format!("\r\n{body}").as_bytes());
+            let (raw, _) = answer(p, &bytes).await;
+            let body: Option<Value> = serde_json::from_slice(&raw.body).ok();
+            let body = body.map(|mut b| {
+                if let Some(ttl) = b["result"].get_mut("ttlMs") {
+                    *ttl = json!("counted down");
+                }
+                b
+            });
+            seen.push((raw.status, raw.header("content-type").map(str::to_owned), body));
+        }
+        assert_eq!(seen[0], seen[1], "{what}: the lean path answers as hyper's");
+        assert_eq!(seen[0].0, status, "{what}: {:?}", seen[0].2);
+    }
+}
