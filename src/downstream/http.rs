@@ -238,8 +238,8 @@ impl Endpoint {
             self.0.metrics.rejection(Rejection::Host);
             return respond::error(None, DownstreamError::HostNotAllowed.into());
         }
-        if let Some(origin) = req.headers.get(Known::Origin)
-            && !crate::headers::to_str(origin).is_some_and(|o| self.0.policy.origin_allowed(o))
+        if let Some(origin) = req.headers.visible(Known::Origin)
+            && !origin.is_ok_and(|o| self.0.policy.origin_allowed(o))
         {
             self.0.metrics.rejection(Rejection::Origin);
             return respond::error(None, DownstreamError::OriginNotAllowed.into());
@@ -272,8 +272,8 @@ impl Endpoint {
             resp.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"));
             return resp;
         }
-        if let Some(ct) = req.headers.get(Known::ContentType)
-            && !crate::headers::to_str(ct).is_some_and(is_json_media_type)
+        if let Some(ct) = req.headers.visible(Known::ContentType)
+            && !ct.is_ok_and(is_json_media_type)
         {
             return respond::error(None, DownstreamError::UnsupportedMediaType.into());
         }

@@ -220,7 +220,7 @@ async fn next_request<T: AsyncRead + AsyncWrite + Unpin>(
     // body is a slice of them.
     let bytes = buf.split_to(need).freeze();
     let Some(headers) = Raw::checked(&bytes[..head.head_len], ranges) else {
-        // A header `http` refuses: hyper answers it (400) from these bytes on.
+        // A header `http` refuses: hyper judges the request, from these bytes on.
         let mut read = BytesMut::from(&bytes[..]);
         read.extend_from_slice(&buf);
         return Next::HandOff(read);

@@ -42,6 +42,13 @@ pub enum DecodeError {
     BadUtf8,
 }
 
+/// Whether `value` is visible ASCII or tab: what `http::HeaderValue::to_str` accepts, and what
+/// a mirrored value must be. Every byte is looked at (no early exit, so the compiler can check
+/// many at once: the common case is that all pass).
+pub fn is_visible(value: &[u8]) -> bool {
+    value.iter().fold(true, |ok, &b| ok & ((0x20..0x7f).contains(&b) || b == b'\t'))
+}
+
 /// Decodes a mirrored header value from its raw bytes; borrowed unless it was base64-encoded.
 pub fn decode(raw: &[u8]) -> Result<std::borrow::Cow<'_, str>, DecodeError> {
     decode_text(std::str::from_utf8(raw).map_err(|_| DecodeError::InvalidCharacters)?)
@@ -49,8 +56,7 @@ pub fn decode(raw: &[u8]) -> Result<std::borrow::Cow<'_, str>, DecodeError> {
 
 /// [`decode`] for a value already known to be UTF-8 (it must still be visible ASCII).
 pub fn decode_text(text: &str) -> Result<std::borrow::Cow<'_, str>, DecodeError> {
-    // Every byte is looked at (no early exit), so the compiler can check many at once.
-    if !text.bytes().fold(true, |ok, b| ok & ((0x20..0x7f).contains(&b) || b == b'\t')) {
+    if !is_visible(text.as_bytes()) {
         return Err(DecodeError::InvalidCharacters);
     }
     match text.strip_prefix(OPEN).and_then(|t| t.strip_suffix(CLOSE)) {
