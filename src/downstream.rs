@@ -47,6 +47,7 @@ macro_rules! write_through {
 use write_through;
 
 mod body;
+mod coalesce;
 mod deadline;
 mod framing;
 mod http;

@@ -617,7 +617,7 @@ async fn listeners(s: &Scenario, spec: &ClusterSpec, endpoints: &[SocketAddr], s
     let addressing = Addressing::replicas(endpoints.to_vec());
     let open_before = sample.listens_open();
     let total_before = sample.listens_total();
-    let l = listen::open(s.listeners, &addressing, s.principals, LISTEN_DEADLINE, None).await;
+    let l = listen::open(s.listeners, &addressing, s.principals, LISTEN_DEADLINE, None, 1).await;
     tokio::time::sleep(spec.settle.0).await;
     let open = sample.listens_open();
     let opened = sample.listens_total();

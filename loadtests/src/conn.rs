@@ -2,8 +2,13 @@
 //! `TCP_NODELAY` (without it Nagle's algorithm adds ~40 ms per exchange on loopback), one
 //! request at a time, as a real MCP client on one connection behaves. Raw hyper `http1`
 //! rather than a pooled client: a pool would hide how many connections the load really uses.
+//!
+//! Or one stream of an HTTP/2 connection (prior knowledge, clear text) that other `Conn`s
+//! share ([`Conn::open_h2_from`], [`Conn::stream`]): many listeners behind one gateway
+//! connection, as an HTTP/2 front multiplexes them.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -11,12 +16,37 @@ use bytes::Bytes;
 use http::{HeaderValue, Response};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::task::AbortHandle;
 
 use crate::wire::{self, Op, Outcome};
+
+/// A TCP connection to `addr` (from `source`, when given) within `timeout`, with
+/// `TCP_NODELAY`.
+async fn connect_tcp(addr: SocketAddr, source: Option<std::net::IpAddr>, timeout: Duration) -> Result<TcpStream> {
+    let connect = async {
+        match source {
+            None => TcpStream::connect(addr).await,
+            Some(ip) => {
+                let socket = if ip.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+                socket.bind(SocketAddr::new(ip, 0))?;
+                socket.connect(addr).await
+            }
+        }
+    };
+    let stream = tokio::time::timeout(timeout, connect)
+        .await
+        .with_context(|| format!("connect to {addr} timed out"))?
+        .with_context(|| format!("connect to {addr}"))?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+fn host(addr: SocketAddr) -> HeaderValue {
+    HeaderValue::from_str(&addr.to_string()).expect("socket addresses are ASCII")
+}
 
 /// Largest answer body read into memory; more is an error, not an allocation.
 const MAX_BODY: usize = 16 << 20;
@@ -32,20 +62,31 @@ pub struct Answer {
     pub cache: Option<HeaderValue>,
 }
 
-/// A connection to one endpoint.
+/// A connection to one endpoint (or, over HTTP/2, one client's share of one).
 pub struct Conn {
-    sender: http1::SendRequest<Full<Bytes>>,
+    sender: Sender,
     host: HeaderValue,
     /// `Authorization` on every request: who this client is to the proxy.
     auth: Option<HeaderValue>,
-    /// Drives the connection; aborted on drop so no socket outlives its client.
-    driver: AbortHandle,
+    /// Drives the connection; the last `Conn` sharing it aborts it on drop, so no socket
+    /// outlives its clients.
+    driver: Arc<Driver>,
     next_id: u64,
 }
 
-impl Drop for Conn {
+enum Sender {
+    H1(http1::SendRequest<Full<Bytes>>),
+    /// With the absolute URI each request is sent to (HTTP/2 carries it as `:scheme` and
+    /// `:authority`, not as a `Host` header).
+    H2(http2::SendRequest<Full<Bytes>>, http::Uri),
+}
+
+/// The task driving a connection, aborted when dropped.
+struct Driver(AbortHandle);
+
+impl Drop for Driver {
     fn drop(&mut self) {
-        self.driver.abort();
+        self.0.abort();
     }
 }
 
@@ -63,44 +104,79 @@ impl Conn {
         timeout: Duration,
         auth: Option<HeaderValue>,
     ) -> Result<Self> {
-        let connect = async {
-            match source {
-                None => TcpStream::connect(addr).await,
-                Some(ip) => {
-                    let socket = if ip.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
-                    socket.bind(SocketAddr::new(ip, 0))?;
-                    socket.connect(addr).await
-                }
-            }
-        };
-        let stream = tokio::time::timeout(timeout, connect)
-            .await
-            .with_context(|| format!("connect to {addr} timed out"))?
-            .with_context(|| format!("connect to {addr}"))?;
-        stream.set_nodelay(true)?;
+        let stream = connect_tcp(addr, source, timeout).await?;
         let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.context("HTTP/1.1 handshake")?;
         let driver = tokio::spawn(async move {
             let _ = conn.await;
         })
         .abort_handle();
+        Ok(Self { sender: Sender::H1(sender), host: host(addr), auth, driver: Arc::new(Driver(driver)), next_id: 0 })
+    }
+
+    /// [`Conn::open_from`] over HTTP/2 with prior knowledge: a connection whose streams
+    /// [`Conn::stream`] hands to further clients, as many at once as the server's
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` allows (a request past it waits for a free stream).
+    pub async fn open_h2_from(
+        addr: SocketAddr,
+        source: Option<std::net::IpAddr>,
+        timeout: Duration,
+        auth: Option<HeaderValue>,
+    ) -> Result<Self> {
+        let stream = connect_tcp(addr, source, timeout).await?;
+        let (sender, conn) =
+            http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.context("HTTP/2 handshake")?;
+        let driver = tokio::spawn(async move {
+            let _ = conn.await;
+        })
+        .abort_handle();
+        let uri = http::Uri::try_from(format!("http://{addr}/mcp")).context("endpoint URI")?;
         Ok(Self {
-            sender,
-            host: HeaderValue::from_str(&addr.to_string()).expect("socket addresses are ASCII"),
+            sender: Sender::H2(sender, uri),
+            host: host(addr),
             auth,
-            driver,
+            driver: Arc::new(Driver(driver)),
             next_id: 0,
         })
     }
 
+    /// Another client on this HTTP/2 connection, sending `auth`; `None` on HTTP/1.1, whose
+    /// connection carries one client.
+    pub fn stream(&self, auth: Option<HeaderValue>) -> Option<Self> {
+        match &self.sender {
+            Sender::H1(_) => None,
+            Sender::H2(sender, uri) => Some(Self {
+                sender: Sender::H2(sender.clone(), uri.clone()),
+                host: self.host.clone(),
+                auth,
+                driver: self.driver.clone(),
+                next_id: 0,
+            }),
+        }
+    }
+
     /// Whether the connection can still carry requests.
     pub fn is_closed(&self) -> bool {
-        self.sender.is_closed()
+        match &self.sender {
+            Sender::H1(s) => s.is_closed(),
+            Sender::H2(s, _) => s.is_closed(),
+        }
     }
 
     /// Sends `op` with the given raw JSON id and returns the response head and streaming body.
     pub async fn send_with_id(&mut self, op: &Op, id: &str) -> Result<Response<Incoming>> {
-        self.sender.ready().await.context("connection closed")?;
-        self.sender.send_request(op.request(&self.host, self.auth.as_ref(), id)).await.context("exchange failed")
+        let mut req = op.request(&self.host, self.auth.as_ref(), id);
+        match &mut self.sender {
+            Sender::H1(sender) => {
+                sender.ready().await.context("connection closed")?;
+                sender.send_request(req).await.context("exchange failed")
+            }
+            Sender::H2(sender, uri) => {
+                *req.uri_mut() = uri.clone();
+                req.headers_mut().remove(http::header::HOST);
+                sender.ready().await.context("connection closed")?;
+                sender.send_request(req).await.context("exchange failed")
+            }
+        }
     }
 
     /// Sends `op` and reads the whole answer body.

@@ -7,6 +7,11 @@
 //!
 //! A listen the server refuses (today's proxy answers -32601) is a counted failure, not an
 //! error of the run.
+//!
+//! With `streams_per_connection` above 1, listeners are streams of shared HTTP/2
+//! connections (prior knowledge) instead of a connection each: what an HTTP/2 front
+//! multiplexing its clients onto few connections sends, and the way past a per-process
+//! open-file limit below the listener count.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,6 +53,8 @@ struct Shared {
     /// Nanoseconds after `base` when measurement began, 0 before.
     measure_ns: AtomicU64,
     acked: AtomicU64,
+    /// Connections the listeners opened (fewer than listeners when they share HTTP/2 ones).
+    connections: AtomicU64,
     refused: AtomicU64,
     dropped: AtomicU64,
     notifications: AtomicU64,
@@ -78,6 +85,8 @@ pub struct ListenStats {
     pub acked: u64,
     /// Acknowledged listens that stopped reading (`slow_listeners`).
     pub slow: u64,
+    /// Connections the listeners opened: one each, or one per HTTP/2 connection they share.
+    pub connections: u64,
     /// Listens refused or never acknowledged.
     pub refused: u64,
     /// Acknowledged listens whose stream ended before the run did.
@@ -114,20 +123,35 @@ pub struct Listeners {
     rss: (Option<u64>, Option<u64>),
 }
 
+/// An HTTP/2 connection that a group of listeners share, opened by the first to need it
+/// (`Err` carries why it could not be, for each of them to count).
+type SharedConn = Arc<tokio::sync::OnceCell<Result<Conn, String>>>;
+
+/// How a listener reaches its endpoint: from a source address on a connection of its own,
+/// or as a stream of a shared HTTP/2 connection.
+#[derive(Clone)]
+enum Via {
+    Own(Option<std::net::IpAddr>),
+    Shared(Option<std::net::IpAddr>, SharedConn),
+}
+
 /// Opens `count` listeners and waits (up to `deadline`) until each is acknowledged or refused.
-/// Every `slow_every`-th listener (when set) stops reading once acknowledged.
+/// Every `slow_every`-th listener (when set) stops reading once acknowledged. With
+/// `streams_per_connection` above 1, that many listeners share each HTTP/2 connection.
 pub async fn open(
     count: usize,
     addressing: &Addressing,
     principals: Principals,
     deadline: Duration,
     slow_every: Option<usize>,
+    streams_per_connection: usize,
 ) -> Listeners {
     let shared = Arc::new(Shared {
         base: Instant::now(),
         last_change_ns: AtomicU64::new(0),
         measure_ns: AtomicU64::new(0),
         acked: AtomicU64::new(0),
+        connections: AtomicU64::new(0),
         slow: AtomicU64::new(0),
         refused: AtomicU64::new(0),
         dropped: AtomicU64::new(0),
@@ -143,22 +167,28 @@ pub async fn open(
     let (stop, stop_rx) = watch::channel(false);
     let connect_limit = Arc::new(Semaphore::new(CONNECT_CONCURRENCY));
     let mut tasks = JoinSet::new();
+    // Per endpoint: the HTTP/2 connection being filled, the streams given out on it, and the
+    // connections opened so far.
+    let mut filling: Vec<Option<(SharedConn, usize)>> = vec![None; addressing.endpoints.len()];
+    let mut connections = 0;
     for i in 0..count {
         let auth = principals.authorization(&format!("listener-{i}"));
         let slow = slow_every.is_some_and(|k| i % k == 0);
         let (ep, op) = addressing.listen_for(i);
         let addr = addressing.endpoints[ep];
-        let source = source_for(i, addr);
-        tasks.spawn(listener(
-            i,
-            (addr, source),
-            auth,
-            op,
-            shared.clone(),
-            connect_limit.clone(),
-            stop_rx.clone(),
-            slow,
-        ));
+        let via = if streams_per_connection > 1 {
+            let slot = &mut filling[ep];
+            if slot.as_ref().is_none_or(|(_, n)| *n >= streams_per_connection) {
+                *slot = Some((Arc::default(), 0));
+                connections += 1;
+            }
+            let (conn, n) = slot.as_mut().expect("just filled");
+            *n += 1;
+            Via::Shared(source_for(connections, addr), conn.clone())
+        } else {
+            Via::Own(source_for(i, addr))
+        };
+        tasks.spawn(listener(i, (addr, via), auth, op, shared.clone(), connect_limit.clone(), stop_rx.clone(), slow));
     }
     let _ = tokio::time::timeout(deadline, shared.settled.acquire_many(count as u32)).await;
     Listeners { shared, tasks, stop, count, rss: (None, None) }
@@ -230,6 +260,7 @@ impl Listeners {
             listeners: self.count as u64,
             acked: s.acked.load(Ordering::Relaxed),
             slow: s.slow.load(Ordering::Relaxed),
+            connections: s.connections.load(Ordering::Relaxed),
             refused: s.refused.load(Ordering::Relaxed),
             dropped: s.dropped.load(Ordering::Relaxed),
             changes,
@@ -257,7 +288,7 @@ struct Stream {
 #[allow(clippy::too_many_arguments)]
 async fn listener(
     i: usize,
-    addr: (std::net::SocketAddr, Option<std::net::IpAddr>),
+    addr: (std::net::SocketAddr, Via),
     auth: Option<http::HeaderValue>,
     op: Op,
     shared: Arc<Shared>,
@@ -384,16 +415,31 @@ fn on_event(data: &str, id: &str, shared: &Shared) -> bool {
 
 /// Connects, sends the listen, and reads up to the acknowledgment; `None` when refused.
 async fn set_up(
-    (addr, source): (std::net::SocketAddr, Option<std::net::IpAddr>),
+    (addr, via): (std::net::SocketAddr, Via),
     auth: Option<http::HeaderValue>,
     op: &Op,
     id: &str,
     shared: &Shared,
 ) -> Option<Stream> {
-    let mut conn = match Conn::open_from(addr, source, CONNECT_TIMEOUT, auth).await {
+    let opened = |c: Result<Conn, anyhow::Error>| {
+        if c.is_ok() {
+            shared.connections.fetch_add(1, Ordering::Relaxed);
+        }
+        c.map_err(|e| format!("{e:#}"))
+    };
+    let conn = match via {
+        Via::Own(source) => opened(Conn::open_from(addr, source, CONNECT_TIMEOUT, auth).await),
+        Via::Shared(source, cell) => cell
+            .get_or_init(|| async move { opened(Conn::open_h2_from(addr, source, CONNECT_TIMEOUT, None).await) })
+            .await
+            .as_ref()
+            .map(|c| c.stream(auth).expect("an HTTP/2 connection gives streams"))
+            .map_err(Clone::clone),
+    };
+    let mut conn = match conn {
         Ok(c) => c,
         Err(e) => {
-            shared.fail("listen: connect", &format!("{e:#}"));
+            shared.fail("listen: connect", &e);
             return None;
         }
     };

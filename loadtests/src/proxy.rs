@@ -52,6 +52,12 @@ pub fn config_text(listen: SocketAddr, upstreams: &[(String, String)], s: &Scena
     listen_t.insert("max_connections_per_ip".into(), 0.into());
     // One load generator is one anonymous caller: measure the proxy, not its rate limit.
     listen_t.insert("requests_per_second".into(), 0.into());
+    if s.listen_streams_per_connection > 1 {
+        // Listeners arrive as streams of shared HTTP/2 connections (prior knowledge).
+        listen_t.insert("http2".into(), true.into());
+        let streams = s.listen_streams_per_connection.max(200);
+        listen_t.insert("http2_max_concurrent_streams".into(), (streams as i64).into());
+    }
     root.insert("listen".into(), listen_t.into());
     let mut log = toml::Table::new();
     // Per-request logging would cost the proxy CPU it shares with the load generator.

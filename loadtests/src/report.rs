@@ -82,6 +82,8 @@ pub struct KindReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct ListenReport {
     pub listeners: u64,
+    /// Connections they opened: one each, or one per shared HTTP/2 connection.
+    pub connections: u64,
     pub acked: u64,
     pub refused: u64,
     pub dropped: u64,
@@ -234,6 +236,7 @@ impl SideReport {
             }
             ListenReport {
                 listeners: l.listeners,
+                connections: l.connections,
                 acked: l.acked,
                 refused: l.refused,
                 dropped: l.dropped,
@@ -402,9 +405,9 @@ pub fn markdown(s: &ScenarioReport) -> String {
     if !listening.is_empty() {
         let _ = writeln!(
             md,
-            "| side | listeners | acked | refused | changes | delivered / expected | notify p50 ms | p99 ms | max ms | upstream listens | proxy RSS KiB (peak) | RSS per idle listener KiB |"
+            "| side | listeners | connections | acked | refused | changes | delivered / expected | notify p50 ms | p99 ms | max ms | upstream listens | proxy RSS KiB (peak) | RSS per idle listener KiB |"
         );
-        let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for r in listening {
             let l = r.listen.as_ref().expect("filtered");
             let rss = match (r.proxy_rss_kib, r.proxy_peak_rss_kib) {
@@ -413,9 +416,10 @@ pub fn markdown(s: &ScenarioReport) -> String {
             };
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} / {} | {:.3} | {:.3} | {:.3} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} / {} | {:.3} | {:.3} | {:.3} | {} | {} | {} |",
                 r.side,
                 thousands(l.listeners as f64),
+                thousands(l.connections as f64),
                 thousands(l.acked as f64),
                 thousands(l.refused as f64),
                 l.changes,

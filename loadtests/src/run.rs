@@ -79,7 +79,12 @@ fn listener_budget(s: &Scenario, target: &Target) -> (usize, Option<String>) {
     };
     let per_connection = if target.serves_in_process() { 2 } else { 1 };
     let client_sockets = (s.clients * target.addressing.endpoints.len()) as u64 * per_connection;
-    let room = limit.saturating_sub(FD_MARGIN + client_sockets) / per_connection;
+    // Listeners sharing HTTP/2 connections need a socket per connection (and per endpoint).
+    let streams = s.listen_streams_per_connection as u64;
+    let room = limit
+        .saturating_sub(FD_MARGIN + client_sockets + per_connection * target.addressing.endpoints.len() as u64)
+        / per_connection
+        * streams;
     if (s.listeners as u64) <= room {
         return (s.listeners, None);
     }
@@ -87,7 +92,7 @@ fn listener_budget(s: &Scenario, target: &Target) -> (usize, Option<String>) {
     (
         n,
         Some(format!(
-            "listeners capped from {} to {n} by the open-file limit ({limit}): each listener costs {per_connection} descriptor(s) in this process on the {} side",
+            "listeners capped from {} to {n} by the open-file limit ({limit}): each connection ({streams} listener(s)) costs {per_connection} descriptor(s) in this process on the {} side",
             s.listeners, target.side
         )),
     )
@@ -107,6 +112,7 @@ async fn drive(s: &Scenario, target: &Target) -> Result<SideReport> {
             s.principals,
             SETUP_DEADLINE.max(Duration::from_millis(n as u64)),
             slow_every,
+            s.listen_streams_per_connection,
         )
         .await;
         // Every listener acknowledged and idle (no change made yet): what they cost.

@@ -159,6 +159,12 @@ pub struct Scenario {
     /// Fraction of the listeners that stop reading once acknowledged (slow clients): they
     /// hold their streams open unread, and the figures are those of the others. Default 0.
     pub slow_listeners: f64,
+    /// Listeners per connection. 1 (the default): each listener holds an HTTP/1.1
+    /// connection of its own. Above 1: listeners are streams of HTTP/2 connections (prior
+    /// knowledge), this many to each, as behind an HTTP/2 front that multiplexes its clients;
+    /// the generated proxy config then sets `[listen] http2 = true` and
+    /// `http2_max_concurrent_streams` to this (at least hyper's default, 200). At most 10,000.
+    pub listen_streams_per_connection: usize,
     /// Seed of the clients' random choices, for repeatable key sequences. Default 1.
     pub seed: u64,
     /// Distinct users (the default) or one anonymous user.
@@ -196,6 +202,7 @@ impl Default for Scenario {
             listeners: 0,
             update_hz: 1.0,
             slow_listeners: 0.0,
+            listen_streams_per_connection: 1,
             seed: 1,
             principals: Principals::Distinct,
             proxy_config: toml::Table::new(),
@@ -214,6 +221,8 @@ pub mod limits {
     /// Each client or listener holds at least one socket; the generator raises its open-file
     /// limit to fit (where the hard limit may be raised) and caps listeners to what fits.
     pub const CONNECTIONS: usize = 110_000;
+    /// Listen streams per HTTP/2 connection.
+    pub const STREAMS_PER_CONNECTION: usize = 10_000;
     pub const UPSTREAMS: usize = 64;
     pub const RESOURCES: usize = 1_000_000;
     pub const RESOURCE_BYTES: usize = 1 << 20;
@@ -259,6 +268,14 @@ impl Scenario {
         check(self.clients + self.listeners > 0, "set `clients` or `listeners` (or both)");
         check((0.0..0.5).contains(&self.slow_listeners), "`slow_listeners` must be within [0, 0.5)");
         check(self.clients + self.listeners <= limits::CONNECTIONS, "`clients` + `listeners` must be at most 110000");
+        check(
+            (1..=limits::STREAMS_PER_CONNECTION).contains(&self.listen_streams_per_connection),
+            "`listen_streams_per_connection` must be within 1..=10000",
+        );
+        check(
+            self.listen_streams_per_connection == 1 || self.cluster.is_none(),
+            "`listen_streams_per_connection` above 1 is for single-proxy scenarios (a cluster's listeners hold a connection each)",
+        );
         check(self.clients == 0 || self.mix.total() > 0, "`mix` needs a positive weight");
         check(self.requests != Some(0), "`requests` must be positive");
         check(self.requests_per_client != Some(0), "`requests_per_client` must be positive");
@@ -307,7 +324,11 @@ impl Scenario {
             parts.push(format!("mix {}", mix.join(" / ")));
         }
         if self.listeners > 0 {
-            parts.push(format!("{} listeners, {} update(s)/s", self.listeners, self.update_hz));
+            let via = match self.listen_streams_per_connection {
+                1 => String::new(),
+                n => format!(" ({n} per HTTP/2 connection)"),
+            };
+            parts.push(format!("{} listeners{via}, {} update(s)/s", self.listeners, self.update_hz));
         }
         parts.push(format!(
             "{} upstream(s) × {} resources of {} B, Zipf s={}, upstream delay {} ms",

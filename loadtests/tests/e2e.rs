@@ -75,8 +75,25 @@ async fn listeners_through_the_proxy_share_one_upstream_listen() {
     let report = run_side(&s, Side::Proxy, &Placement::InProcess).await.expect("side runs");
     let l = report.listen.expect("listen figures");
     assert_eq!((l.acked, l.refused, l.dropped), (10, 0, 0), "{:?}", l.failures);
+    assert_eq!(l.connections, 10, "a connection each");
     // The hub holds far fewer upstream listens than it has listeners.
     assert!((1..10).contains(&l.upstream_listens), "{} upstream listens", l.upstream_listens);
+    assert!(l.changes >= 3, "{} changes", l.changes);
+    assert_eq!(l.notifications, l.expected, "{:?}", l.failures);
+    assert_eq!((l.wrong_subscription, l.unsolicited), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listeners_as_http2_streams_share_connections_and_hear_every_change() {
+    let mut s = listeners_scenario(30);
+    // 30 listeners, 8 to a connection: 4 HTTP/2 connections, the last one part full.
+    s.listen_streams_per_connection = 8;
+    assert!(resmux_load::proxy::config_text(([127, 0, 0, 1], 0).into(), &[], &s).contains("http2 = true"));
+    let report = run_side(&s, Side::Proxy, &Placement::InProcess).await.expect("side runs");
+    let l = report.listen.expect("listen figures");
+    assert_eq!((l.acked, l.refused, l.dropped), (30, 0, 0), "{:?}", l.failures);
+    assert_eq!(l.connections, 4, "30 listens on 4 connections");
+    assert!((1..30).contains(&l.upstream_listens), "{} upstream listens", l.upstream_listens);
     assert!(l.changes >= 3, "{} changes", l.changes);
     assert_eq!(l.notifications, l.expected, "{:?}", l.failures);
     assert_eq!((l.wrong_subscription, l.unsolicited), (0, 0));

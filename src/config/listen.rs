@@ -52,6 +52,13 @@ pub struct ListenConfig {
     /// connection costs ~9 KiB more per open connection (10,000 idle listen streams: 304 MB
     /// instead of 212 MB).
     pub http2: bool,
+    /// Most streams (requests in flight, open listen streams among them) one HTTP/2
+    /// connection may hold at once, advertised in its `SETTINGS_MAX_CONCURRENT_STREAMS`; a
+    /// client that wants more waits for one to end. Used with `http2` only. An HTTP/2 front
+    /// (a gateway multiplexing many listeners onto few connections) may raise it: 100,000
+    /// listen streams on 100 connections need 1,000. Between 1 and 100,000. Default 200
+    /// (hyper's).
+    pub http2_max_concurrent_streams: u32,
     /// Serve `subscriptions/listen` streams on clear-text HTTP/1.1 connections on the lean
     /// path: the listen request read and its stream written with buffers of the size they
     /// need, instead of hyper's 8 KiB read and 8 KiB write buffer per connection, for as long
@@ -139,6 +146,7 @@ impl Default for ListenConfig {
             max_header_bytes: 64 << 10,
             metrics_path: String::new(),
             http2: false,
+            http2_max_concurrent_streams: 200,
             lean_listens: true,
             lean_requests: true,
             max_legacy_sessions: 10_000,

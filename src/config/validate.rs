@@ -39,6 +39,10 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 /// Longest upstream name: it becomes a URI scheme prefix and a tool-name prefix.
 const MAX_NAME: usize = 63;
 
+/// Largest `listen.http2_max_concurrent_streams`: one connection's streams are one task
+/// each, so a client cannot ask for an unbounded number through one socket.
+const MAX_H2_STREAMS: u32 = 100_000;
+
 /// Smallest `listen.max_header_bytes`: hyper's minimum HTTP/1 read buffer.
 const MIN_HEADER_BYTES: usize = 8192;
 
@@ -112,6 +116,9 @@ impl Config {
         }
         if self.listen.max_legacy_sessions == 0 {
             err("listen.max_legacy_sessions".into(), "must be at least 1");
+        }
+        if !(1..=MAX_H2_STREAMS).contains(&self.listen.http2_max_concurrent_streams) {
+            err("listen.http2_max_concurrent_streams".into(), &format!("must be between 1 and {MAX_H2_STREAMS}"));
         }
         if !(1..=crate::jsonrpc::MAX_DEPTH_LIMIT).contains(&self.listen.max_json_depth) {
             err("listen.max_json_depth".into(), "must be between 1 and 128");

@@ -87,7 +87,16 @@ pub(super) async fn write(hub: Hub, sub: Subscription, tx: mpsc::Sender<Bytes>, 
     let WriteOptions { framing, cancelled, finish, slow } = opts;
     let send = |frame: Bytes| {
         let tx = &tx;
-        async move { matches!(timeout(slow, tx.send(frame)).await, Ok(Ok(()))) }
+        async move {
+            // Room in the channel (the usual case): no timer is armed for the send.
+            match tx.try_send(frame) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+                Err(mpsc::error::TrySendError::Full(frame)) => {
+                    matches!(timeout(slow, tx.send(frame)).await, Ok(Ok(())))
+                }
+            }
+        }
     };
     // Acknowledge once the upstreams carry what was honoured, so no change after the
     // acknowledgment is missed (bounded: an upstream that is down resyncs when it is back).
@@ -99,15 +108,21 @@ pub(super) async fn write(hub: Hub, sub: Subscription, tx: mpsc::Sender<Bytes>, 
     let mut keepalive = interval(cfg.keepalive.max(Duration::from_millis(10)));
     keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
     keepalive.tick().await;
+    // Made once, not per change: each of these registers a waiter when first polled, and
+    // `finish` is shared by every listener, so waiters made per loop would have every
+    // delivery lock its one waiter list twice.
+    let mut cancelled = std::pin::pin!(cancelled.cancelled());
+    let mut finished = std::pin::pin!(finish.cancelled());
+    let mut closed = std::pin::pin!(tx.closed());
     loop {
         tokio::select! {
             biased;
-            _ = cancelled.cancelled() => return,
-            _ = finish.cancelled() => {
+            _ = &mut cancelled => return,
+            _ = &mut finished => {
                 let _ = timeout(Duration::from_secs(1), tx.send(framing.frame(&final_result(&sid)))).await;
                 return;
             }
-            _ = tx.closed() => return,
+            _ = &mut closed => return,
             _ = sub.listener.woken() => {
                 let (changes, since) = sub.listener.take_timed();
                 for change in changes {

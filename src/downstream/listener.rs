@@ -42,6 +42,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::Endpoint;
+use super::coalesce::Coalesced;
 use super::lean::{self, Lean, Takes};
 use super::per_ip::{IpSlot, PerIp};
 use super::quiet::Quiet;
@@ -70,6 +71,8 @@ pub struct Limits {
     pub idle_timeout: Duration,
     pub max_header_bytes: usize,
     pub http2: bool,
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` of an HTTP/2 connection.
+    pub http2_max_concurrent_streams: u32,
     /// Serve clear-text HTTP/1.1 listen streams on the lean path ([`super::lean`]).
     pub lean_listens: bool,
     /// Serve other small HTTP/1.1 POSTs on the lean path too.
@@ -85,6 +88,7 @@ impl From<&ListenConfig> for Limits {
             idle_timeout: c.idle_timeout,
             max_header_bytes: c.max_header_bytes,
             http2: c.http2,
+            http2_max_concurrent_streams: c.http2_max_concurrent_streams,
             lean_listens: c.lean_listens,
             lean_requests: c.lean_requests,
         }
@@ -130,7 +134,9 @@ pub async fn serve(
     let mut auto = auto::Builder::new(TokioExecutor::new());
     // The dual-protocol builder has no `max_header_size`; its read-buffer cap bounds the head.
     auto.http1().max_buf_size(buf);
-    auto.http2().max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    auto.http2()
+        .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
+        .max_concurrent_streams(limits.http2_max_concurrent_streams);
     // The request target every lean request has (anything else is hyper's).
     let uri = lean::target(endpoint.path());
     loop {
@@ -187,10 +193,11 @@ pub async fn serve(
                             Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
                         },
                     };
-                    let io = TokioIo::new(Watched::new(stream, watch));
                     if http2 {
+                        let io = TokioIo::new(Coalesced::new(Watched::new(stream, watch)));
                         run_connection(watcher.watch(auto.serve_connection(io, service).into_owned()), held).await;
                     } else {
+                        let io = TokioIo::new(Watched::new(stream, watch));
                         run_connection(watcher.watch(http1.serve_connection(io, service)), held).await;
                     }
                 }
@@ -219,12 +226,13 @@ pub async fn serve(
             tasks.spawn(run_connection(conn, held).instrument(span));
             continue;
         }
-        let io = TokioIo::new(Watched::new(stream, watch));
         if limits.http2 {
+            let io = TokioIo::new(Coalesced::new(Watched::new(stream, watch)));
             tasks.spawn(
                 run_connection(graceful.watch(auto.serve_connection(io, service).into_owned()), held).instrument(span),
             );
         } else {
+            let io = TokioIo::new(Watched::new(stream, watch));
             tasks.spawn(run_connection(graceful.watch(http1.serve_connection(io, service)), held).instrument(span));
         }
     }

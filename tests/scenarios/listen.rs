@@ -171,6 +171,54 @@ async fn many_listeners_share_one_upstream_subscription_that_follows_the_union()
     .await;
 }
 
+/// An HTTP/2 front (a gateway multiplexing many listeners onto few connections) holds as many
+/// listen streams on one connection as `http2_max_concurrent_streams` allows: here more than
+/// hyper's default of 200, which would leave the 201st listen waiting for a free stream.
+#[tokio::test]
+async fn http2_listens_past_the_default_stream_limit_share_one_connection() {
+    use http_body_util::Full;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    const LISTENS: usize = 250;
+    let (p, up) = proxy_with(|c| {
+        c.listen.http2 = true;
+        c.listen.http2_max_concurrent_streams = LISTENS as u32;
+    })
+    .await;
+    let tcp = tokio::net::TcpStream::connect(p.app.local_addr()).await.expect("connect");
+    // Without it, each request's DATA frame waits for the ACK of its HEADERS (Nagle).
+    tcp.set_nodelay(true).expect("TCP_NODELAY");
+    let (sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp)).await.expect("h2 handshake");
+    tokio::spawn(conn);
+    let url = format!("http://{}/mcp", p.app.local_addr());
+    let mut streams = Vec::new();
+    for i in 0..LISTENS {
+        let body = json!({"jsonrpc": "2.0", "id": i, "method": "subscriptions/listen",
+                          "params": {"notifications": {"resourceSubscriptions": ["docs://status"]}, "_meta": meta()}});
+        let req = http::Request::post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "subscriptions/listen")
+            .body(Full::new(bytes::Bytes::from(body.to_string())))
+            .unwrap();
+        let resp = tokio::time::timeout(DEADLINE, sender.clone().send_request(req))
+            .await
+            .unwrap_or_else(|_| panic!("listen {i} got no stream in time"))
+            .expect("h2 exchange");
+        assert_eq!(resp.status(), 200, "listen {i}");
+        let mut l = Listening::from_response(resp);
+        assert_eq!(sub_id(&l.next().await), i, "listen {i} acknowledged");
+        streams.push(l);
+    }
+    upstream_listens(&up, vec![vec!["docs://status"]]).await;
+    up.sample.bump();
+    for (i, l) in streams.iter_mut().enumerate() {
+        let m = l.next_method("notifications/resources/updated").await;
+        assert_eq!(sub_id(&m), i, "listen {i} notified");
+    }
+}
+
 #[tokio::test]
 async fn an_upstream_restart_resynchronises_listeners_and_the_cache() {
     let up = sample_http(SampleSpec::generated("docs", 3)).await;
