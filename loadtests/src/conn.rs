@@ -106,11 +106,7 @@ impl Conn {
     ) -> Result<Self> {
         let stream = connect_tcp(addr, source, timeout).await?;
         let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.context("HTTP/1.1 handshake")?;
-        let driver = tokio::spawn(async move {
-            let _ = conn.await;
-        })
-        .abort_handle();
-        Ok(Self { sender: Sender::H1(sender), host: host(addr), auth, driver: Arc::new(Driver(driver)), next_id: 0 })
+        Ok(Self::new(Sender::H1(sender), addr, auth, conn))
     }
 
     /// [`Conn::open_from`] over HTTP/2 with prior knowledge: a connection whose streams
@@ -125,18 +121,17 @@ impl Conn {
         let stream = connect_tcp(addr, source, timeout).await?;
         let (sender, conn) =
             http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.context("HTTP/2 handshake")?;
+        let uri = http::Uri::try_from(format!("http://{addr}/mcp")).context("endpoint URI")?;
+        Ok(Self::new(Sender::H2(sender, uri), addr, auth, conn))
+    }
+
+    /// A client of `addr` on `sender`, whose connection `conn` runs in a task of its own.
+    fn new(sender: Sender, addr: SocketAddr, auth: Option<HeaderValue>, conn: impl Future + Send + 'static) -> Self {
         let driver = tokio::spawn(async move {
             let _ = conn.await;
         })
         .abort_handle();
-        let uri = http::Uri::try_from(format!("http://{addr}/mcp")).context("endpoint URI")?;
-        Ok(Self {
-            sender: Sender::H2(sender, uri),
-            host: host(addr),
-            auth,
-            driver: Arc::new(Driver(driver)),
-            next_id: 0,
-        })
+        Self { sender, host: host(addr), auth, driver: Arc::new(Driver(driver)), next_id: 0 }
     }
 
     /// Another client on this HTTP/2 connection, sending `auth`; `None` on HTTP/1.1, whose

@@ -173,6 +173,18 @@ mod tests {
         (c, theirs)
     }
 
+    /// Flushes `c`; how many polls that took.
+    async fn flushes(c: &mut Coalesced<tokio::io::DuplexStream>) -> usize {
+        let mut polls = 0;
+        poll_fn(|cx| {
+            polls += 1;
+            Pin::new(&mut *c).poll_flush(cx)
+        })
+        .await
+        .unwrap();
+        polls
+    }
+
     /// What the peer can read now, without waiting.
     fn readable(peer: &mut tokio::io::DuplexStream) -> Vec<u8> {
         let mut out = Vec::new();
@@ -195,23 +207,11 @@ mod tests {
         c.write_all(b"two").await.unwrap();
         assert!(readable(&mut peer).is_empty(), "gathered, not written");
         // The first flush yields (and wakes its task); the next one writes.
-        let mut polls = 0;
-        poll_fn(|cx| {
-            polls += 1;
-            Pin::new(&mut c).poll_flush(cx)
-        })
-        .await
-        .unwrap();
+        let polls = flushes(&mut c).await;
         assert_eq!(polls, 2);
         assert_eq!(readable(&mut peer), b"onetwo");
         // Nothing gathered: a flush is the socket's own.
-        let mut polls = 0;
-        poll_fn(|cx| {
-            polls += 1;
-            Pin::new(&mut c).poll_flush(cx)
-        })
-        .await
-        .unwrap();
+        let polls = flushes(&mut c).await;
         assert_eq!(polls, 1);
     }
 
@@ -233,24 +233,12 @@ mod tests {
         c.write_all(b"x").await.unwrap();
         assert_eq!(readable(&mut peer).len(), LIMIT);
         // Half the limit gathered: the first flush writes it.
-        let mut polls = 0;
-        poll_fn(|cx| {
-            polls += 1;
-            Pin::new(&mut c).poll_flush(cx)
-        })
-        .await
-        .unwrap();
+        let polls = flushes(&mut c).await;
         assert_eq!((polls, readable(&mut peer)), (2, b"x".to_vec()), "one byte waits one yield");
         for _ in 0..LIMIT / 2 / SMALL {
             c.write_all(&small).await.unwrap();
         }
-        let mut polls = 0;
-        poll_fn(|cx| {
-            polls += 1;
-            Pin::new(&mut c).poll_flush(cx)
-        })
-        .await
-        .unwrap();
+        let polls = flushes(&mut c).await;
         assert_eq!((polls, readable(&mut peer).len()), (1, LIMIT / 2));
     }
 
