@@ -4,7 +4,7 @@
 //! rather than a pooled client: a pool would hide how many connections the load really uses.
 //!
 //! Or one stream of an HTTP/2 connection (prior knowledge, clear text) that other `Conn`s
-//! share ([`Conn::open_h2_from`], [`Conn::stream`]): many listeners behind one gateway
+//! share ([`Protocol::Http2`], [`Conn::stream`]): many listeners behind one gateway
 //! connection, as an HTTP/2 front multiplexes them.
 
 use std::net::SocketAddr;
@@ -81,6 +81,14 @@ enum Sender {
     H2(http2::SendRequest<Full<Bytes>>, http::Uri),
 }
 
+/// What a [`Conn`] speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Http1,
+    /// With prior knowledge, in clear text.
+    Http2,
+}
+
 /// The task driving a connection, aborted when dropped.
 struct Driver(AbortHandle);
 
@@ -93,36 +101,34 @@ impl Drop for Driver {
 impl Conn {
     /// Connects to `addr` within `timeout`; every request will carry `auth`.
     pub async fn open(addr: SocketAddr, timeout: Duration, auth: Option<HeaderValue>) -> Result<Self> {
-        Self::open_from(addr, None, timeout, auth).await
+        Self::open_from(addr, None, timeout, auth, Protocol::Http1).await
     }
 
     /// [`Conn::open`] from the local address `source` (bound before connecting, port chosen by
-    /// the kernel), so that more connections than one address's ephemeral ports can be open.
+    /// the kernel), so that more connections than one address's ephemeral ports can be open,
+    /// speaking `protocol`. Over HTTP/2 (prior knowledge), [`Conn::stream`] hands the
+    /// connection's streams to further clients, as many at once as the server's
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` allows (a request past it waits for a free stream).
     pub async fn open_from(
         addr: SocketAddr,
         source: Option<std::net::IpAddr>,
         timeout: Duration,
         auth: Option<HeaderValue>,
+        protocol: Protocol,
     ) -> Result<Self> {
         let stream = connect_tcp(addr, source, timeout).await?;
-        let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.context("HTTP/1.1 handshake")?;
-        Ok(Self::new(Sender::H1(sender), addr, auth, conn))
-    }
-
-    /// [`Conn::open_from`] over HTTP/2 with prior knowledge: a connection whose streams
-    /// [`Conn::stream`] hands to further clients, as many at once as the server's
-    /// `SETTINGS_MAX_CONCURRENT_STREAMS` allows (a request past it waits for a free stream).
-    pub async fn open_h2_from(
-        addr: SocketAddr,
-        source: Option<std::net::IpAddr>,
-        timeout: Duration,
-        auth: Option<HeaderValue>,
-    ) -> Result<Self> {
-        let stream = connect_tcp(addr, source, timeout).await?;
-        let (sender, conn) =
-            http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.context("HTTP/2 handshake")?;
-        let uri = http::Uri::try_from(format!("http://{addr}/mcp")).context("endpoint URI")?;
-        Ok(Self::new(Sender::H2(sender, uri), addr, auth, conn))
+        let io = TokioIo::new(stream);
+        Ok(match protocol {
+            Protocol::Http1 => {
+                let (sender, conn) = http1::handshake(io).await.context("HTTP/1.1 handshake")?;
+                Self::new(Sender::H1(sender), addr, auth, conn)
+            }
+            Protocol::Http2 => {
+                let (sender, conn) = http2::handshake(TokioExecutor::new(), io).await.context("HTTP/2 handshake")?;
+                let uri = http::Uri::try_from(format!("http://{addr}/mcp")).context("endpoint URI")?;
+                Self::new(Sender::H2(sender, uri), addr, auth, conn)
+            }
+        })
     }
 
     /// A client of `addr` on `sender`, whose connection `conn` runs in a task of its own.

@@ -25,7 +25,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::conn::Conn;
+use crate::conn::{Conn, Protocol};
 use crate::histogram::Histogram;
 use crate::requests::{CONNECT_CONCURRENCY, CONNECT_TIMEOUT, Clock, Failure, TICK, add_failure};
 use crate::scenario::Principals;
@@ -428,9 +428,11 @@ async fn set_up(
         c.map_err(|e| format!("{e:#}"))
     };
     let conn = match via {
-        Via::Own(source) => opened(Conn::open_from(addr, source, CONNECT_TIMEOUT, auth).await),
+        Via::Own(source) => opened(Conn::open_from(addr, source, CONNECT_TIMEOUT, auth, Protocol::Http1).await),
         Via::Shared(source, cell) => cell
-            .get_or_init(|| async move { opened(Conn::open_h2_from(addr, source, CONNECT_TIMEOUT, None).await) })
+            .get_or_init(|| async move {
+                opened(Conn::open_from(addr, source, CONNECT_TIMEOUT, None, Protocol::Http2).await)
+            })
             .await
             .as_ref()
             .map(|c| c.stream(auth).expect("an HTTP/2 connection gives streams"))

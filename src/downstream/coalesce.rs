@@ -1,11 +1,12 @@
 //! Small writes of an HTTP/2 connection gathered into one `write`.
 //!
-//! hyper's HTTP/2 connection task writes out what its streams queued each time it runs. A
-//! stream that sends a frame wakes that task, and tokio runs a task woken that way next on
-//! the same worker (its LIFO slot), so a connection whose many listen streams each send one
-//! notification wrote each of them with a `writev` of its own: 100,000 listeners on 100
+//! hyper's HTTP/2 connection task writes out what its streams queued each time it runs, and
+//! each stream that sends a frame wakes it. With many listen streams each sending one
+//! notification, it ran (and wrote) about once per frame: 100,000 listeners on 100
 //! connections made 0.65 `writev` calls per notification, a third of the proxy's CPU
-//! (loadtests/README.md, "100,000 listeners").
+//! (loadtests/README.md, "round nine"). Most likely because tokio runs a task woken from
+//! another task next on the same worker (its LIFO slot), before the other woken streams;
+//! that is inferred from the counts, not traced.
 //!
 //! [`Coalesced`] sits under hyper on connections that may speak HTTP/2. Once the first bytes
 //! read show the HTTP/2 preface, writes of at most [`SMALL`] bytes are copied into its buffer

@@ -21,15 +21,11 @@ pub enum Topic {
     List(Capability),
 }
 
-/// Pending URIs compared one by one before `Pending::seen` holds them.
-const SCAN: usize = 8;
-
 /// Changes waiting to be written to one listener, in downstream form.
 #[derive(Debug, Default)]
 pub struct Pending {
     /// URIs in the order they first changed (so delivery order follows change order).
     order: Vec<Arc<str>>,
-    /// The URIs of `order` once there are [`SCAN`] of them; empty before.
     seen: HashSet<Arc<str>>,
     lists: [bool; 3],
     /// When the oldest change still pending was queued (its receipt from the upstream).
@@ -45,17 +41,7 @@ impl Pending {
     fn push(&mut self, change: &Notice) {
         self.since.get_or_insert_with(std::time::Instant::now);
         match change {
-            // A few pending URIs (the usual case) are compared in place; the set is built
-            // once there are more, so a push hashes nothing until then.
-            Notice::Uri(uri) if self.order.len() < SCAN => {
-                if !self.order.iter().any(|u| Arc::ptr_eq(u, uri) || u == uri) {
-                    self.order.push(uri.clone());
-                }
-            }
             Notice::Uri(uri) => {
-                if self.seen.is_empty() {
-                    self.seen.extend(self.order.iter().cloned());
-                }
                 if self.seen.insert(uri.clone()) {
                     self.order.push(uri.clone());
                 }
@@ -170,24 +156,5 @@ mod tests {
         assert_eq!(p.len(), 3);
         assert_eq!(p.take(), vec![Notice::List(Capability::Tools), Notice::Uri(b), Notice::Uri(a)]);
         assert_eq!(p.len(), 0);
-    }
-
-    #[test]
-    fn repeats_coalesce_past_the_scanned_few_too() {
-        let mut p = Pending::default();
-        // Equal URIs in distinct allocations, past the few compared in place.
-        let uris: Vec<String> = (0..3 * SCAN).map(|i| format!("docs://item/{i}")).collect();
-        for round in 0..3 {
-            for u in uris.iter().rev() {
-                p.push(&Notice::Uri(u.as_str().into()));
-            }
-            assert_eq!(p.len(), uris.len(), "round {round}");
-        }
-        let want: Vec<Notice> = uris.iter().rev().map(|u| Notice::Uri(u.as_str().into())).collect();
-        assert_eq!(p.take(), want);
-        // Emptied: the few are compared in place again, and still coalesce.
-        p.push(&Notice::Uri("a".into()));
-        p.push(&Notice::Uri("a".into()));
-        assert_eq!((p.len(), p.seen.len()), (1, 0));
     }
 }
