@@ -324,9 +324,12 @@ async fn listener(
         drop((conn, body));
         return;
     }
+    // Made once, not per frame: every listener shares the one stop channel, so a wait made
+    // per frame would lock its waiter list twice for each notification.
+    let mut stopped = std::pin::pin!(stop.wait_for(|s| *s));
     loop {
         let frame = tokio::select! {
-            _ = stop.wait_for(|s| *s) => break,
+            _ = &mut stopped => break,
             frame = body.frame() => frame,
         };
         let data = match frame {

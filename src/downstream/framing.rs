@@ -15,18 +15,21 @@ pub enum Framing {
 impl Framing {
     /// One message, framed.
     pub fn frame(self, message: &[u8]) -> Bytes {
-        let mut out = Vec::with_capacity(message.len() + 8);
-        match self {
-            Framing::Sse => {
-                out.extend_from_slice(b"data: ");
-                out.extend_from_slice(message);
-                out.extend_from_slice(b"\n\n");
-            }
-            Framing::Lines => {
-                out.extend_from_slice(message);
-                out.push(b'\n');
-            }
+        self.build(message.len(), |out| out.extend_from_slice(message))
+    }
+
+    /// One message that `write` writes straight into the frame, so it is not built apart and
+    /// copied in; `size` is a guess at its length.
+    pub fn build(self, size: usize, write: impl FnOnce(&mut Vec<u8>)) -> Bytes {
+        let mut out = Vec::with_capacity(size + 8);
+        if self == Framing::Sse {
+            out.extend_from_slice(b"data: ");
         }
+        write(&mut out);
+        out.extend_from_slice(match self {
+            Framing::Sse => b"\n\n",
+            Framing::Lines => b"\n",
+        });
         Bytes::from(out)
     }
 

@@ -101,7 +101,7 @@ pub(super) async fn write(hub: Hub, sub: Subscription, tx: mpsc::Sender<Bytes>, 
     // Acknowledge once the upstreams carry what was honoured, so no change after the
     // acknowledgment is missed (bounded: an upstream that is down resyncs when it is back).
     hub.ready(&sub.listener, cfg.ack_timeout.min(Duration::from_secs(3))).await;
-    if !send(framing.frame(&ack(&sid, &sub.honoured))).await {
+    if !send(framing.build(160, |out| ack(out, &sid, &sub.honoured))).await {
         return;
     }
     let keepalive_frame = framing.keepalive();
@@ -119,14 +119,14 @@ pub(super) async fn write(hub: Hub, sub: Subscription, tx: mpsc::Sender<Bytes>, 
             biased;
             _ = &mut cancelled => return,
             _ = &mut finished => {
-                let _ = timeout(Duration::from_secs(1), tx.send(framing.frame(&final_result(&sid)))).await;
+                let _ = timeout(Duration::from_secs(1), tx.send(framing.build(128, |out| final_result(out, &sid)))).await;
                 return;
             }
             _ = &mut closed => return,
             _ = sub.listener.woken() => {
                 let (changes, since) = sub.listener.take_timed();
                 for change in changes {
-                    if !send(framing.frame(&notification(&sid, &change))).await {
+                    if !send(framing.build(160, |out| notification(out, &sid, &change))).await {
                         tracing::info!(listener = sub.listener.id, "closing a listener that stopped reading");
                         return;
                     }
@@ -154,42 +154,38 @@ fn meta(out: &mut Vec<u8>, sid: &str) {
     out.push(b'}');
 }
 
-fn notify(method: &str, sid: &str, rest: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
-    let mut out = Vec::with_capacity(160);
+fn notify(out: &mut Vec<u8>, method: &str, sid: &str, rest: impl FnOnce(&mut Vec<u8>)) {
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
-    write_json_string(&mut out, method);
+    write_json_string(out, method);
     out.extend_from_slice(b",\"params\":{");
-    meta(&mut out, sid);
-    rest(&mut out);
+    meta(out, sid);
+    rest(out);
     out.extend_from_slice(b"}}");
-    out
 }
 
-fn ack(sid: &str, honoured: &Filter) -> Vec<u8> {
-    notify(m::ACKNOWLEDGED, sid, |out| {
+fn ack(out: &mut Vec<u8>, sid: &str, honoured: &Filter) {
+    notify(out, m::ACKNOWLEDGED, sid, |out| {
         out.extend_from_slice(b",\"notifications\":");
         serde_json::to_writer(&mut *out, &honoured.to_json()).expect("writing to a Vec");
     })
 }
 
-fn notification(sid: &str, change: &Notice) -> Vec<u8> {
+fn notification(out: &mut Vec<u8>, sid: &str, change: &Notice) {
     match change {
-        Notice::Uri(uri) => notify(m::RESOURCES_UPDATED, sid, |out| {
+        Notice::Uri(uri) => notify(out, m::RESOURCES_UPDATED, sid, |out| {
             out.extend_from_slice(b",\"uri\":");
             write_json_string(out, uri);
         }),
-        Notice::List(kind) => notify(kind.changed(), sid, |_| {}),
+        Notice::List(kind) => notify(out, kind.changed(), sid, |_| {}),
     }
 }
 
-fn final_result(sid: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(128);
+fn final_result(out: &mut Vec<u8>, sid: &str) {
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     out.extend_from_slice(sid.as_bytes());
     out.extend_from_slice(b",\"result\":{\"resultType\":\"complete\",");
-    meta(&mut out, sid);
+    meta(out, sid);
     out.extend_from_slice(b"}}");
-    out
 }
 
 #[cfg(test)]
@@ -198,18 +194,26 @@ mod tests {
     use crate::mcp::Capability;
     use serde_json::{Value, json};
 
+    /// The message of one SSE frame that `write` builds, checking the framing around it.
+    fn sse(write: impl FnOnce(&mut Vec<u8>)) -> Value {
+        let frame = Framing::Sse.build(0, write);
+        let message = frame.strip_prefix(b"data: ").and_then(|f| f.strip_suffix(b"\n\n")).expect("one SSE event");
+        serde_json::from_slice(message).unwrap()
+    }
+
     #[test]
     fn messages_carry_the_subscription_id_with_its_type() {
-        let v: Value = serde_json::from_slice(&notification("\"s-1\"", &Notice::Uri("docs+a://x".into()))).unwrap();
+        let v = sse(|out| notification(out, "\"s-1\"", &Notice::Uri("docs+a://x".into())));
         assert_eq!(v["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], "s-1");
         assert_eq!(v["params"]["uri"], "docs+a://x");
-        let v: Value = serde_json::from_slice(&notification("42", &Notice::List(Capability::Tools))).unwrap();
+        let v = sse(|out| notification(out, "42", &Notice::List(Capability::Tools)));
         assert_eq!(v["method"], "notifications/tools/list_changed");
         assert_eq!(v["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 42);
-        let v: Value = serde_json::from_slice(&final_result("42")).unwrap();
+        let v = sse(|out| final_result(out, "42"));
         assert_eq!(
             v,
             json!({"jsonrpc":"2.0","id":42,"result":{"resultType":"complete","_meta":{"io.modelcontextprotocol/subscriptionId":42}}})
         );
+        assert_eq!(&Framing::Lines.build(0, |out| out.extend_from_slice(b"{}"))[..], b"{}\n");
     }
 }
