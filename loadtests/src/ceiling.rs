@@ -6,6 +6,7 @@
 //! the clients, it measured below the proxy's cache-hit path, which a ceiling must not.
 
 use std::convert::Infallible;
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -96,13 +97,27 @@ pub struct CeilingProcess {
 impl CeilingProcess {
     /// Starts `exe serve-ceiling` serving `body` and waits for its address.
     pub async fn spawn(exe: &Path, body: &[u8]) -> Result<Self> {
+        Self::spawn_under(&[], exe, body, Duration::from_secs(10)).await
+    }
+
+    /// The same, run by `wrapper` (e.g. `valgrind --tool=callgrind`; empty: none), allowing
+    /// `ready` for the address.
+    pub async fn spawn_under(wrapper: &[OsString], exe: &Path, body: &[u8], ready: Duration) -> Result<Self> {
         static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let workdir = std::env::temp_dir().join(format!("resmux-load-ceiling-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&workdir)?;
         let file = workdir.join("body.json");
         std::fs::write(&file, body)?;
-        let mut child = Command::new(exe)
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let mut child = command
             .arg("serve-ceiling")
             .arg("--body")
             .arg(&file)
@@ -115,7 +130,7 @@ impl CeilingProcess {
         let stdout = child.stdout.take().context("child stdout")?;
         let mut line = String::new();
         let mut stdout = BufReader::new(stdout);
-        let ready = tokio::time::timeout(Duration::from_secs(10), stdout.read_line(&mut line)).await;
+        let ready = tokio::time::timeout(ready, stdout.read_line(&mut line)).await;
         let addr = match ready {
             Ok(Ok(_)) => line.trim().strip_prefix(READY_PREFIX).and_then(|a| a.parse().ok()),
             _ => None,
@@ -126,6 +141,22 @@ impl CeilingProcess {
             bail!("the ceiling process did not report its address (got {line:?})");
         };
         Ok(Self { addr, child, workdir })
+    }
+
+    /// Stops the child the way it stops itself, by closing its stdin, and waits up to
+    /// `within` for it to exit (a wrapper such as callgrind writes its output then); killed
+    /// after that.
+    pub async fn finish(mut self, within: Duration) -> Result<std::process::ExitStatus> {
+        drop(self.child.stdin.take());
+        let status = tokio::time::timeout(within, self.child.wait()).await;
+        let _ = std::fs::remove_dir_all(&self.workdir);
+        match status {
+            Ok(status) => Ok(status?),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                bail!("the ceiling process did not exit within {within:?} of its stdin closing")
+            }
+        }
     }
 
     /// Stops the child.

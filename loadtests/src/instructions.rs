@@ -7,7 +7,9 @@
 //! serving `small` cached reads and once `large`, each after the same start-up, warm-up (one
 //! miss per key) and shutdown (SIGTERM). The difference of the two totals divided by
 //! `large - small` is the cost of one cached read, start-up and shutdown cancelling out.
-//! Every counted read must be answered `resmux-cache: hit`.
+//! Every counted read must be answered `resmux-cache: hit`. With `ceiling` the same two runs
+//! count the bare-server ceiling instead, answering the same bytes: what a read costs with no
+//! proxy work at all.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -16,6 +18,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
+use crate::ceiling::CeilingProcess;
 use crate::conn::Conn;
 use crate::proxy::Proxy;
 use crate::scenario::Scenario;
@@ -73,6 +76,10 @@ pub struct Options {
     /// Serve the reads on hyper's path (`[listen] lean_requests = false`), to compare it with
     /// the lean one (the default).
     pub hyper_requests: bool,
+    /// Count the bare-server ceiling (`resmux-load serve-ceiling`, the binary `ceiling`,
+    /// answering the proxy's bytes for key 0) instead of the proxy: the floor the proxy's
+    /// count is read against. Its answers carry no `resmux-cache` header.
+    pub ceiling: Option<PathBuf>,
 }
 
 /// One measurement.
@@ -135,13 +142,26 @@ async fn run_once(opts: &Options, reads: u64) -> Result<u64> {
         format!("--callgrind-out-file={}", out.display()).into(),
     ];
     let result = async {
-        let ups = vec![("up0".to_owned(), upstream.url())];
-        let proxy = Proxy::spawn(&wrapper, &opts.resmux, &ups, &s, READY).await?;
-        let served = serve_reads(proxy.addr, reads).await;
-        let status = proxy.terminate(EXIT).await?;
-        served?;
+        let status = match &opts.ceiling {
+            None => {
+                let ups = vec![("up0".to_owned(), upstream.url())];
+                let proxy = Proxy::spawn(&wrapper, &opts.resmux, &ups, &s, READY).await?;
+                let served = serve_reads(proxy.addr, reads, true).await;
+                let status = proxy.terminate(EXIT).await?;
+                served?;
+                status
+            }
+            Some(exe) => {
+                let body = crate::target::read_answer_bytes(&s).await?;
+                let ceiling = CeilingProcess::spawn_under(&wrapper, exe, &body, READY).await?;
+                let served = serve_reads(ceiling.addr, reads, false).await;
+                let status = ceiling.finish(EXIT).await?;
+                served?;
+                status
+            }
+        };
         if !status.success() {
-            bail!("the proxy under callgrind exited with {status}");
+            bail!("the server under callgrind exited with {status}");
         }
         let total = total_instructions(&out)?;
         if let Some(keep) = &opts.keep {
@@ -158,8 +178,8 @@ async fn run_once(opts: &Options, reads: u64) -> Result<u64> {
 }
 
 /// One keep-alive connection: each key once (misses), then `reads` reads cycling over the keys,
-/// each of which must be a hit.
-async fn serve_reads(addr: std::net::SocketAddr, reads: u64) -> Result<()> {
+/// each of which must be answered, and be a cached hit when `hits`.
+async fn serve_reads(addr: std::net::SocketAddr, reads: u64, hits: bool) -> Result<()> {
     let addressing = Addressing::replicas(vec![addr]);
     let mut conn = Conn::open(addr, Duration::from_secs(10), None).await?;
     let ops: Vec<_> = (0..KEYS).map(|k| addressing.read(k).1).collect();
@@ -172,7 +192,7 @@ async fn serve_reads(addr: std::net::SocketAddr, reads: u64) -> Result<()> {
     for n in 0..reads {
         let answer = conn.call(&ops[n as usize % KEYS]).await?;
         let hit = answer.cache.as_ref().is_some_and(|v| v == "hit");
-        if answer.outcome != Outcome::Ok || !hit {
+        if answer.outcome != Outcome::Ok || (hits && !hit) {
             bail!("read {n} was not a cached hit: {:?}, resmux-cache {:?}", answer.outcome, answer.cache);
         }
     }

@@ -80,6 +80,10 @@ enum Command {
         /// lean one (the default), to compare the two.
         #[arg(long)]
         hyper_requests: bool,
+        /// Count the bare-server ceiling (`serve-ceiling`, answering the proxy's bytes)
+        /// instead of the proxy, to read the proxy's count against; the budget is not applied.
+        #[arg(long, conflicts_with = "hyper_requests")]
+        ceiling: bool,
     },
     /// Start a scenario's proxy (cache warmed) and ceiling for an outside load generator
     /// (wrk, oha): prints `proxy URL`, `ceiling URL`, `keys N`, `ready`; stops when stdin
@@ -152,15 +156,35 @@ fn load_all(args: &[String]) -> Result<Vec<Scenario>> {
 async fn main() -> Result<()> {
     match Cli::parse().command {
         Command::ServeCeiling { body } => resmux_load::ceiling::serve_child(&body).await?,
-        Command::Instructions { resmux, valgrind, reads, resource_bytes, budget, json, keep, hyper_requests } => {
+        Command::Instructions {
+            resmux,
+            valgrind,
+            reads,
+            resource_bytes,
+            budget,
+            json,
+            keep,
+            hyper_requests,
+            ceiling,
+        } => {
             use resmux_load::instructions::{self as ins, Budget, Options};
             let budget = Budget::load(&budget)?;
-            let Placement::Processes { resmux, .. } = Placement::processes(resmux)? else { unreachable!() };
-            if !resmux.is_file() {
+            let Placement::Processes { resmux, ceiling: exe } = Placement::processes(resmux)? else { unreachable!() };
+            let ceiling = ceiling.then_some(exe);
+            if ceiling.is_none() && !resmux.is_file() {
                 bail!("no resmux binary at {}: `cargo build --release -p resmux -p resmux-load`", resmux.display());
             }
-            let opts =
-                Options { resmux, valgrind, small: reads[0], large: reads[1], resource_bytes, keep, hyper_requests };
+            let opts = Options {
+                resmux,
+                valgrind,
+                small: reads[0],
+                large: reads[1],
+                resource_bytes,
+                keep,
+                hyper_requests,
+                ceiling,
+            };
+            let opts_ceiling = opts.ceiling.is_some();
             let measured = ins::measure(&opts).await?;
             println!(
                 "runs: {} reads -> {} instructions, {} reads -> {} instructions",
@@ -169,6 +193,10 @@ async fn main() -> Result<()> {
             if let Some(p) = json {
                 std::fs::write(&p, serde_json::to_string_pretty(&measured)?)
                     .with_context(|| format!("writing {}", p.display()))?;
+            }
+            if opts_ceiling {
+                println!("instructions per read, bare ceiling: {} (no budget applies)", measured.per_read);
+                return Ok(());
             }
             let (pass, line) = ins::verdict(&measured, &budget);
             println!("{line}");

@@ -175,7 +175,7 @@ async fn start_samples(s: &Scenario) -> Result<Vec<SampleHttp>> {
 }
 
 /// The bytes of a real `resources/read` answer for key 0 (the ceiling serves them).
-async fn read_answer_bytes(s: &Scenario) -> Result<bytes::Bytes> {
+pub(crate) async fn read_answer_bytes(s: &Scenario) -> Result<bytes::Bytes> {
     let server = start_sample(sample_spec(s, 0)).await?;
     let addressing = Addressing {
         endpoints: vec![server.addr],

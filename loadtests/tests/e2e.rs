@@ -115,6 +115,32 @@ async fn the_ceiling_runs_as_its_own_process() {
     assert!(report.rps > 0.0);
 }
 
+/// The ceiling under a wrapper (as `instructions --ceiling` runs it under callgrind): started
+/// through the wrapper, it answers, and closing its stdin ends it cleanly (callgrind writes
+/// its counts only at a clean exit). `env` stands in for valgrind.
+#[tokio::test]
+async fn a_wrapped_ceiling_answers_and_exits_cleanly_when_its_stdin_closes() {
+    use resmux_load::ceiling::CeilingProcess;
+    let body = br#"{"jsonrpc":"2.0","id":1,"result":{"contents":[]}}"#;
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_resmux-load"));
+    let ceiling = CeilingProcess::spawn_under(&["env".into()], exe, body, Duration::from_secs(10))
+        .await
+        .expect("the wrapped ceiling starts");
+    let mut stream = tokio::net::TcpStream::connect(ceiling.addr).await.unwrap();
+    let req = "POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}";
+    tokio::io::AsyncWriteExt::write_all(&mut stream, req.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut answer))
+        .await
+        .expect("the ceiling answers in time")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with(std::str::from_utf8(body).unwrap()), "{answer}");
+    let status = ceiling.finish(Duration::from_secs(10)).await.expect("it exits when its stdin closes");
+    assert!(status.success(), "{status}");
+}
+
 /// The cluster scenario in miniature: 2 in-process replicas, a few reads, probes and
 /// listeners, without and with a real `redis-server` (Debian's package; `.ci/run` installs
 /// it, `RESMUX_REDIS_SERVER` names another).
