@@ -179,13 +179,29 @@ pub async fn serve_child(body_file: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Returns when standard input closes (the parent's signal that a child should stop).
+/// Returns when standard input closes (the parent's signal that a child should stop), or at
+/// SIGTERM or SIGINT: a process killed by a signal's default action drops nothing, so the
+/// servers it started as children of its own (`targets`) would outlive it.
 pub async fn until_stdin_closes() {
-    let mut stdin = tokio::io::stdin();
-    let mut buf = [0u8; 64];
-    while let Ok(n) = stdin.read(&mut buf).await {
-        if n == 0 {
-            break;
+    let closed = async {
+        let mut stdin = tokio::io::stdin();
+        let mut buf = [0u8; 64];
+        while let Ok(n) = stdin.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
         }
+    };
+    use tokio::signal::unix::{SignalKind, signal};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = closed => {}
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        // No signal handling here: stdin alone, as before.
+        _ => closed.await,
     }
 }

@@ -141,6 +141,41 @@ async fn a_wrapped_ceiling_answers_and_exits_cleanly_when_its_stdin_closes() {
     assert!(status.success(), "{status}");
 }
 
+/// SIGTERM stops a child as closing its stdin does, with a clean exit (under the default
+/// action it would die at once, and `targets` would leave its own children running).
+#[tokio::test]
+async fn sigterm_stops_the_ceiling_cleanly() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = tempfile_dir("sigterm");
+    let body = dir.join("body.json");
+    std::fs::write(&body, br#"{"jsonrpc":"2.0","id":1,"result":{}}"#).unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_resmux-load"))
+        .arg("serve-ceiling")
+        .arg("--body")
+        .arg(&body)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap());
+    tokio::time::timeout(Duration::from_secs(10), out.read_line(&mut line)).await.unwrap().unwrap();
+    assert!(line.starts_with("listening "), "{line}");
+    let pid = child.id().unwrap().to_string();
+    let killed = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(killed.success());
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.expect("it exits").unwrap();
+    assert!(status.success(), "{status}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn tempfile_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("resmux-load-e2e-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// The cluster scenario in miniature: 2 in-process replicas, a few reads, probes and
 /// listeners, without and with a real `redis-server` (Debian's package; `.ci/run` installs
 /// it, `RESMUX_REDIS_SERVER` names another).
