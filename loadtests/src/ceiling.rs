@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
@@ -109,14 +109,7 @@ impl CeilingProcess {
         std::fs::create_dir_all(&workdir)?;
         let file = workdir.join("body.json");
         std::fs::write(&file, body)?;
-        let mut command = match wrapper.split_first() {
-            Some((program, args)) => {
-                let mut c = Command::new(program);
-                c.args(args).arg(exe);
-                c
-            }
-            None => Command::new(exe),
-        };
+        let mut command = crate::placement::wrapped(wrapper, exe);
         let mut child = command
             .arg("serve-ceiling")
             .arg("--body")
@@ -141,6 +134,11 @@ impl CeilingProcess {
             bail!("the ceiling process did not report its address (got {line:?})");
         };
         Ok(Self { addr, child, workdir })
+    }
+
+    /// The child's process id (`None` once it has been waited for).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
     }
 
     /// Stops the child the way it stops itself, by closing its stdin, and waits up to

@@ -193,7 +193,8 @@ async fn serve_reads(addr: std::net::SocketAddr, reads: u64, hits: bool) -> Resu
         let answer = conn.call(&ops[n as usize % KEYS]).await?;
         let hit = answer.cache.as_ref().is_some_and(|v| v == "hit");
         if answer.outcome != Outcome::Ok || (hits && !hit) {
-            bail!("read {n} was not a cached hit: {:?}, resmux-cache {:?}", answer.outcome, answer.cache);
+            let want = if hits { "a cached hit" } else { "answered" };
+            bail!("read {n} was not {want}: {:?}, resmux-cache {:?}", answer.outcome, answer.cache);
         }
     }
     Ok(())

@@ -184,7 +184,6 @@ async fn main() -> Result<()> {
                 hyper_requests,
                 ceiling,
             };
-            let opts_ceiling = opts.ceiling.is_some();
             let measured = ins::measure(&opts).await?;
             println!(
                 "runs: {} reads -> {} instructions, {} reads -> {} instructions",
@@ -194,7 +193,7 @@ async fn main() -> Result<()> {
                 std::fs::write(&p, serde_json::to_string_pretty(&measured)?)
                     .with_context(|| format!("writing {}", p.display()))?;
             }
-            if opts_ceiling {
+            if opts.ceiling.is_some() {
                 println!("instructions per read, bare ceiling: {} (no budget applies)", measured.per_read);
                 return Ok(());
             }

@@ -35,3 +35,16 @@ impl Placement {
         }
     }
 }
+
+/// `wrapper… exe` as a command to which the caller adds `exe`'s own arguments (`wrapper`
+/// empty: `exe` alone), e.g. a server run under `valgrind --tool=callgrind`.
+pub(crate) fn wrapped(wrapper: &[std::ffi::OsString], exe: &std::path::Path) -> tokio::process::Command {
+    match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut c = tokio::process::Command::new(program);
+            c.args(args).arg(exe);
+            c
+        }
+        None => tokio::process::Command::new(exe),
+    }
+}

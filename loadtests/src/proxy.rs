@@ -136,14 +136,7 @@ impl Proxy {
         let config = workdir.join("resmux.toml");
         std::fs::write(&config, config_text(addr, upstreams, s))?;
         let log = std::fs::File::create(workdir.join("proxy.log"))?;
-        let mut command = match wrapper.split_first() {
-            Some((program, args)) => {
-                let mut c = Command::new(program);
-                c.args(args).arg(exe);
-                c
-            }
-            None => Command::new(exe),
-        };
+        let mut command = crate::placement::wrapped(wrapper, exe);
         let child = command
             .arg("serve")
             .arg("-c")

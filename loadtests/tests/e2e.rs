@@ -145,35 +145,16 @@ async fn a_wrapped_ceiling_answers_and_exits_cleanly_when_its_stdin_closes() {
 /// action it would die at once, and `targets` would leave its own children running).
 #[tokio::test]
 async fn sigterm_stops_the_ceiling_cleanly() {
-    use tokio::io::AsyncBufReadExt;
-    let dir = tempfile_dir("sigterm");
-    let body = dir.join("body.json");
-    std::fs::write(&body, br#"{"jsonrpc":"2.0","id":1,"result":{}}"#).unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_resmux-load"))
-        .arg("serve-ceiling")
-        .arg("--body")
-        .arg(&body)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap());
-    tokio::time::timeout(Duration::from_secs(10), out.read_line(&mut line)).await.unwrap().unwrap();
-    assert!(line.starts_with("listening "), "{line}");
-    let pid = child.id().unwrap().to_string();
+    use resmux_load::ceiling::CeilingProcess;
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_resmux-load"));
+    let ceiling = CeilingProcess::spawn(exe, br#"{"jsonrpc":"2.0","id":1,"result":{}}"#).await.expect("it starts");
+    let pid = ceiling.pid().expect("running").to_string();
     let killed = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
     assert!(killed.success());
-    let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.expect("it exits").unwrap();
+    // `finish` closes stdin too; the child has already been told to stop by the signal, and
+    // its status says how it ended (a signal's default action is not a success).
+    let status = ceiling.finish(Duration::from_secs(10)).await.expect("it exits");
     assert!(status.success(), "{status}");
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn tempfile_dir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("resmux-load-e2e-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// The cluster scenario in miniature: 2 in-process replicas, a few reads, probes and
