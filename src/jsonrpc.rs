@@ -15,7 +15,7 @@ mod rpc_error;
 pub mod scan;
 
 pub use encode::{
-    Spliced, concat, encode_error, encode_notification, encode_request, encode_result, encode_result_pieces,
+    Head, Spliced, concat, encode_error, encode_notification, encode_request, encode_result, encode_result_pieces,
     write_json_string,
 };
 pub use incoming::{DEFAULT_MAX_DEPTH, Incoming, Kind, MAX_DEPTH_LIMIT, MessageError, RequestId};

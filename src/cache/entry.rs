@@ -7,7 +7,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::epochs::Ticket;
-use crate::jsonrpc::{RawObject, Spliced, concat};
+use crate::jsonrpc::{Head, RawObject, Spliced};
 
 /// A stored answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,7 +60,7 @@ pub fn splice_ttl(tail: &Bytes, ttl_ms: u64) -> Spliced {
     let mut digits = itoa::Buffer::new();
     let digits = digits.format(ttl_ms).as_bytes();
     let comma: &[u8] = if tail.first() == Some(&b'}') { b"" } else { b"," };
-    Spliced { head: concat(&[b"{\"ttlMs\":", digits, comma]), tail: tail.clone() }
+    Spliced { head: Head::of(&[b"{\"ttlMs\":", digits, comma]), tail: tail.clone() }
 }
 
 /// One cache entry.

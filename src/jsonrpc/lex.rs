@@ -45,12 +45,13 @@ pub(crate) struct Key<'a> {
 }
 
 impl<'a> Key<'a> {
-    /// Whether the key is `name` (compared unescaped).
-    pub(crate) fn is(&self, name: &str) -> bool {
-        if self.escaped { self.decode().is_ok_and(|k| k == name) } else { self.inner == name }
+    /// The key as written, when it has no escapes (so it is its own value).
+    pub(crate) fn plain(&self) -> Option<&'a str> {
+        (!self.escaped).then_some(self.inner)
     }
 
     /// The key unescaped; borrowed when it has no escapes.
+    #[inline]
     pub(crate) fn decode(&self) -> Result<Cow<'a, str>, JsonError> {
         decode_string(self.inner, self.escaped)
     }
@@ -58,13 +59,16 @@ impl<'a> Key<'a> {
 
 /// The value of a checked JSON string's inside (quotes stripped): borrowed without escapes;
 /// with them, unescaped by serde_json, which also refuses unpaired surrogates in `\u` escapes.
+#[inline]
 pub(crate) fn decode_string(inner: &str, escaped: bool) -> Result<Cow<'_, str>, JsonError> {
-    if !escaped {
-        return Ok(Cow::Borrowed(inner));
-    }
+    if escaped { unescape(inner).map(Cow::Owned) } else { Ok(Cow::Borrowed(inner)) }
+}
+
+/// [`decode_string`] of a string with escapes: the rare case, kept out of line.
+#[cold]
+fn unescape(inner: &str) -> Result<String, JsonError> {
     let quoted = format!("\"{inner}\"");
     serde_json::from_str::<String>(&quoted)
-        .map(Cow::Owned)
         .map_err(|_| JsonError::Syntax { at: 0, what: "invalid `\\u` escape in a string" })
 }
 
@@ -84,6 +88,15 @@ fn string_stop(w: u64) -> u64 {
     let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
     let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
     control | zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\')))
+}
+
+/// Whether `s` has no byte a JSON string must escape (`"`, `\\`, or a control character), so
+/// that it is its own JSON text between quotes.
+pub(crate) fn needs_no_escape(s: &str) -> bool {
+    let mut words = s.as_bytes().chunks_exact(8);
+    let stops =
+        words.by_ref().fold(0, |stops, w| stops | string_stop(u64::from_le_bytes(w.try_into().expect("8 bytes"))));
+    stops == 0 && words.remainder().iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\')
 }
 
 impl<'a> Reader<'a> {
@@ -134,6 +147,7 @@ impl<'a> Reader<'a> {
 
     /// Reads the string at the cursor (its opening quote); returns its inside and whether it
     /// has escapes.
+    #[inline]
     fn string(&mut self) -> Result<(&'a str, bool), JsonError> {
         let bytes = self.text.as_bytes();
         let start = self.pos + 1;
@@ -177,6 +191,14 @@ impl<'a> Reader<'a> {
                 Some(_) => i += 1,
             }
         }
+    }
+
+    /// The string at the cursor (after whitespace), read as [`Reader::value`] reads it, as
+    /// its inside and whether it has escapes; `None` (nothing read) when the value there is
+    /// not a string.
+    pub(crate) fn string_value(&mut self) -> Option<Result<(&'a str, bool), JsonError>> {
+        self.ws();
+        (self.peek() == Some(b'"')).then(|| self.string())
     }
 
     fn digits(&mut self) -> usize {

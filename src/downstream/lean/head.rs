@@ -2,6 +2,8 @@
 //! decides whether the lean path serves the request or hands the connection to hyper, so no
 //! body is read twice.
 
+use std::mem::MaybeUninit;
+
 use http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING, UPGRADE};
 use http::{HeaderName, Uri};
 
@@ -55,9 +57,15 @@ pub(super) struct Head {
 /// Parses `buf` as the start of a request to `uri` (the endpoint's path) that `takes` covers,
 /// whose body is at most `max_body` bytes; a lean head's headers are left in `ranges`.
 pub(super) fn parse(buf: &[u8], uri: &Uri, takes: Takes, max_body: usize, ranges: &mut Ranges) -> Parsed {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut headers);
-    let head_len = match req.parse(buf) {
+    // A connection's next request is looked for before it is read: nothing to parse yet.
+    if buf.is_empty() {
+        return Parsed::Partial;
+    }
+    // Left uninitialised: httparse writes the headers it finds (setting 64 empty ones was
+    // about 2 KiB of stores per look).
+    let mut headers = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let head_len = match req.parse_with_uninit_headers(buf, &mut headers) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Parsed::Partial,
         Err(_) => return Parsed::Other,

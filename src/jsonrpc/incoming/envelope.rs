@@ -8,6 +8,24 @@ use crate::jsonrpc::raw_object::{RawJson, RawObject};
 /// The members an envelope may have, in the order of [`Envelope::seen`]'s bits.
 const FIELDS: [&str; 6] = ["jsonrpc", "id", "method", "params", "result", "error"];
 
+/// Which of [`FIELDS`] `key` names. Told by its text (the compiler compares lengths first)
+/// instead of a comparison with each name in turn; a key written with escapes is unescaped.
+fn field(key: Key<'_>) -> Option<usize> {
+    let index = |name: &str| match name {
+        "jsonrpc" => Some(0),
+        "id" => Some(1),
+        "method" => Some(2),
+        "params" => Some(3),
+        "result" => Some(4),
+        "error" => Some(5),
+        _ => None,
+    };
+    match key.plain() {
+        Some(name) => index(name),
+        None => key.decode().ok().and_then(|name| index(&name)),
+    }
+}
+
 /// The members of a message as read, before the JSON-RPC rules are checked.
 #[derive(Default)]
 pub(super) struct Envelope<'a> {
@@ -29,7 +47,7 @@ pub(super) struct Envelope<'a> {
 impl<'a> Envelope<'a> {
     /// Reads the value of member `key` (the reader is at the value).
     pub fn member(&mut self, r: &mut Reader<'a>, key: Key<'a>) -> Result<(), JsonError> {
-        let Some(field) = FIELDS.iter().position(|f| key.is(f)) else {
+        let Some(field) = field(key) else {
             r.value(1)?;
             return Ok(());
         };
@@ -50,6 +68,11 @@ impl<'a> Envelope<'a> {
 
     /// A member that must be a string; `null` counts as absent.
     fn string_or_null(&mut self, r: &mut Reader<'a>, name: &str) -> Result<Option<Cow<'a, str>>, JsonError> {
+        // A string is read where it is, with what the reader learnt of its escapes.
+        if let Some(string) = r.string_value() {
+            let (inner, escaped) = string?;
+            return decode_string(inner, escaped).map(Some);
+        }
         let text = r.value(1)?;
         if let Some(inner) = text.strip_prefix('"') {
             let inner = &inner[..inner.len() - 1];
@@ -79,5 +102,35 @@ impl<'a> Envelope<'a> {
         self.params_object = Some(params);
         self.meta_object = meta;
         Ok(RawJson::checked(r.since(start)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `field` tells each of `FIELDS` by its index, written plainly or with escapes.
+    #[test]
+    fn each_field_is_told_by_its_index() {
+        for (i, name) in FIELDS.iter().enumerate() {
+            let plain = format!("{{\"{name}\":1}}");
+            let escaped = format!("{{\"\\u{:04x}{}\":1}}", u32::from(name.as_bytes()[0]), &name[1..]);
+            for text in [plain, escaped] {
+                let mut r = Reader::new(&text, 4);
+                let mut seen = None;
+                r.object(0, |r, key| {
+                    seen = Some(field(key));
+                    r.value(1).map(drop)
+                })
+                .unwrap();
+                assert_eq!(seen, Some(Some(i)), "{text}");
+            }
+        }
+        let mut r = Reader::new(r#"{"ids":1}"#, 4);
+        r.object(0, |r, key| {
+            assert_eq!(field(key), None);
+            r.value(1).map(drop)
+        })
+        .unwrap();
     }
 }
