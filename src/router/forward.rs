@@ -30,10 +30,11 @@ impl Routing {
         let not_found = || Error::from(DownstreamError::ResourceNotFound { uri: uri.to_string() });
         let route = self.0.ns.route_uri(&uri).ok_or_else(not_found)?;
         let (candidates, upstream_uri) = route.candidates();
-        // A forbidden URI is not found: the same answer, before the cache is consulted.
-        let candidates: Vec<usize> =
-            candidates.iter().copied().filter(|&i| self.allowed(call, i, Kind::Uri, upstream_uri)).collect();
-        for (n, &index) in candidates.iter().enumerate() {
+        // A forbidden URI is not found: the same answer, before the cache is consulted. (Not
+        // collected: a vector of them was an allocation per read.)
+        let mut candidates =
+            candidates.iter().copied().filter(|&i| self.allowed(call, i, Kind::Uri, upstream_uri)).peekable();
+        while let Some(index) = candidates.next() {
             crate::telemetry::record_upstream(self.0.upstreams[index].name());
             let key = self.cache_key(call, index, CachedMethod::ResourcesRead, "uri", Some(upstream_uri));
             let mut served = self
@@ -50,7 +51,7 @@ impl Routing {
                 }
             }
             let answer = match served.got {
-                Got::NotFound if n + 1 < candidates.len() => continue,
+                Got::NotFound if candidates.peek().is_some() => continue,
                 Got::NotFound => Err(not_found()),
                 Got::Result(body) => {
                     Ok(Answer { outcome: Ok(Payload::Json(body)), cache: served.status, age: served.age })

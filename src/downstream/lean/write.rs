@@ -17,7 +17,7 @@ use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http_body_util::{BodyExt, Either};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::super::respond::Resp;
+use super::super::respond::{Resp, give_back};
 
 /// Bytes of a next request read (and kept for hyper) while a stream is open; beyond it the
 /// socket is not read until the stream ends, as hyper stops reading at its buffer bound.
@@ -47,7 +47,7 @@ where
         Either::Left(whole) => {
             let [a, b, c] = whole.into_pieces();
             let head = head(&parts, Some(a.len() + b.len() + c.len()), close);
-            drop(parts);
+            give_back(parts.headers);
             // The head as a slice: `Bytes::from` a `Vec` with spare capacity would allocate again.
             let mut out = Buf::chain(head.as_slice(), a).chain(b).chain(c);
             if matches!(timeout(slow, io.write_all_buf(&mut out)).await, Ok(Ok(()))) { done } else { Ended::Gone }
@@ -55,7 +55,7 @@ where
         Either::Right(mut stream) => {
             // The response's header map is not kept for the stream's life.
             let head = head(&parts, None, close);
-            drop(parts);
+            give_back(parts.headers);
             if !write(io, &head, slow).await {
                 return Ended::Gone;
             }
@@ -122,7 +122,9 @@ fn head(parts: &http::response::Parts, length: Option<usize>, close: bool) -> Ve
         // No length on a status that cannot have a body, as hyper.
         Some(_) if matches!(parts.status, http::StatusCode::NO_CONTENT | http::StatusCode::NOT_MODIFIED) => {}
         Some(n) => {
-            let _ = write!(out, "content-length: {n}\r\n");
+            out.extend_from_slice(b"content-length: ");
+            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            out.extend_from_slice(b"\r\n");
         }
         None => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
     }
