@@ -112,6 +112,8 @@ where
     <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn StdError + Send + Sync>>,
 {
     let mut buf = BytesMut::new();
+    // The response head's buffer, kept from request to request.
+    let mut head = Vec::new();
     // Made again after a stream, which does without it (see below).
     let mut shutdown: Option<Shutdown> = None;
     let stopping = |shutdown: &Option<Shutdown>| {
@@ -148,7 +150,9 @@ where
         }
         // At shutdown the answer says the connection closes, as hyper's graceful shutdown does.
         let close = close || stopping(&shutdown);
-        let ended = write::response(&mut io, resp, close, lean.endpoint.slow_write(), &mut buf).await;
+        let mut buffers = write::Buffers { rest: buf, head };
+        let ended = write::response(&mut io, resp, close, lean.endpoint.slow_write(), &mut buffers).await;
+        (buf, head) = (buffers.rest, buffers.head);
         drop(in_flight);
         if ended != Ended::KeepAlive || stopping(&shutdown) {
             let _ = tokio::time::timeout(lean.endpoint.slow_write(), io.shutdown()).await;
@@ -214,7 +218,7 @@ async fn next_request<T: AsyncRead + AsyncWrite + Unpin>(
         Ok(false) => return Next::Done,
         Err(_) => {
             let resp = lean.endpoint.body_timed_out();
-            Box::pin(write::response(io, resp, true, lean.endpoint.slow_write(), &mut BytesMut::new())).await;
+            Box::pin(write::response(io, resp, true, lean.endpoint.slow_write(), &mut Default::default())).await;
             return Next::Done;
         }
     }

@@ -14,9 +14,20 @@ mod envelope;
 use envelope::Envelope;
 
 /// A JSON-RPC request id, kept as its raw JSON text (a string or an integer) so that it is
-/// echoed with exactly the type and spelling the peer used. Cheap to clone.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct RequestId(Arc<str>);
+/// echoed with exactly the type and spelling the peer used. Cheap to clone: an id of up to
+/// [`INLINE_ID`] bytes (any integer, most strings) is kept in place, so a request's id costs
+/// no allocation and its clones no reference counting; a longer one is shared.
+#[derive(Clone)]
+pub struct RequestId(IdText);
+
+/// Bytes of id text kept in place.
+const INLINE_ID: usize = 22;
+
+#[derive(Clone)]
+enum IdText {
+    Inline { len: u8, bytes: [u8; INLINE_ID] },
+    Shared(Arc<str>),
+}
 
 impl RequestId {
     /// Checks that `raw` is a JSON string or integer, as JSON-RPC ids must be in MCP.
@@ -27,40 +38,67 @@ impl RequestId {
             Some(b'-' | b'0'..=b'9') => text.bytes().skip(1).all(|b| b.is_ascii_digit()),
             _ => false,
         };
-        ok.then(|| Self(Arc::from(text)))
+        ok.then(|| Self::of(text))
     }
 
     /// An integer id.
     pub fn number(n: u64) -> Self {
-        Self(Arc::from(itoa::Buffer::new().format(n)))
+        Self::of(itoa::Buffer::new().format(n))
+    }
+
+    fn of(text: &str) -> Self {
+        if text.len() > INLINE_ID {
+            return Self(IdText::Shared(Arc::from(text)));
+        }
+        let mut bytes = [0; INLINE_ID];
+        bytes[..text.len()].copy_from_slice(text.as_bytes());
+        Self(IdText::Inline { len: text.len() as u8, bytes })
     }
 
     /// The raw JSON text of the id.
     pub fn as_json(&self) -> &str {
-        &self.0
+        match &self.0 {
+            // Copied from a `&str` whole: always UTF-8.
+            IdText::Inline { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default(),
+            IdText::Shared(text) => text,
+        }
     }
 
     /// The id as a raw JSON value.
     pub fn as_raw(&self) -> &RawValue {
         // The text came from a parsed RawValue or from itoa, so it is valid JSON.
-        serde_json::from_str(&self.0).expect("request ids are valid JSON")
+        serde_json::from_str(self.as_json()).expect("request ids are valid JSON")
     }
 
     /// The integer value, when the id is an integer.
     pub fn as_u64(&self) -> Option<u64> {
-        self.0.parse().ok()
+        self.as_json().parse().ok()
+    }
+}
+
+impl PartialEq for RequestId {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_json() == other.as_json()
+    }
+}
+
+impl Eq for RequestId {}
+
+impl std::hash::Hash for RequestId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_json().hash(state);
     }
 }
 
 impl fmt::Debug for RequestId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_json())
     }
 }
 
 impl fmt::Display for RequestId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_json())
     }
 }
 
@@ -219,6 +257,30 @@ mod tests {
         let s = Incoming::parse(r#"{"jsonrpc":"2.0","id":7,"result":{"x":1}}"#).unwrap();
         assert_eq!(s.kind, Kind::Response);
         assert_eq!(s.result.unwrap().get(), r#"{"x":1}"#);
+    }
+
+    /// An id reads back as sent whether it is kept in place or shared (short and long ids,
+    /// text of several bytes per character across the boundary), and ids are equal and hash
+    /// alike by their text.
+    #[test]
+    fn ids_of_any_length_read_back_as_sent() {
+        use std::hash::BuildHasher;
+        let hasher = std::hash::RandomState::new();
+        for n in 0..40 {
+            for fill in ["a", "é", "\\u00e9"] {
+                let text = format!("\"{}\"", fill.repeat(n));
+                let id = RequestId::from_raw(RawJson::checked(&text)).expect("a string id");
+                assert_eq!(id.as_json(), text);
+                let again = RequestId::from_raw(RawJson::checked(&text)).unwrap();
+                assert_eq!(id, again.clone());
+                assert_eq!(hasher.hash_one(&id), hasher.hash_one(&again));
+            }
+        }
+        for n in [0, 7, u64::MAX] {
+            assert_eq!(RequestId::number(n).as_u64(), Some(n));
+            assert_eq!(RequestId::number(n).as_json(), n.to_string());
+        }
+        assert_ne!(RequestId::number(1), RequestId::from_raw(RawJson::checked("\"1\"")).unwrap());
     }
 
     #[test]

@@ -34,32 +34,43 @@ pub(super) enum Ended {
     Gone,
 }
 
+/// A connection's buffers for writing its responses.
+#[derive(Default)]
+pub(super) struct Buffers {
+    /// Bytes read while a response is written (a next request), for the connection.
+    pub rest: BytesMut,
+    /// The response head is made here: kept from response to response, since a head of its
+    /// own was an allocation per request. A stream frees it for its life.
+    pub head: Vec<u8>,
+}
+
 /// Writes `resp` to `io`; `close` when the request asked for the connection to close.
-/// Bytes read meanwhile go to `rest`.
-pub(super) async fn response<T>(io: &mut T, resp: Resp, close: bool, slow: Duration, rest: &mut BytesMut) -> Ended
+/// Bytes read meanwhile go to `buffers.rest`.
+pub(super) async fn response<T>(io: &mut T, resp: Resp, close: bool, slow: Duration, buffers: &mut Buffers) -> Ended
 where
     T: AsyncRead + AsyncWrite + Unpin,
 {
+    let Buffers { rest, head: out } = buffers;
     let (parts, body) = resp.into_parts();
     let close = close || parts.headers.get(CONNECTION).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
     let done = if close { Ended::Close } else { Ended::KeepAlive };
     match body {
         Either::Left(whole) => {
             let [a, b, c] = whole.into_pieces();
-            let head = head(&parts, Some(a.len() + b.len() + c.len()), close);
+            head(out, &parts, Some(a.len() + b.len() + c.len()), close);
             give_back(parts.headers);
             // The head as a slice: `Bytes::from` a `Vec` with spare capacity would allocate again.
-            let mut out = Buf::chain(head.as_slice(), a).chain(b).chain(c);
+            let mut out = Buf::chain(out.as_slice(), a).chain(b).chain(c);
             if matches!(timeout(slow, io.write_all_buf(&mut out)).await, Ok(Ok(()))) { done } else { Ended::Gone }
         }
         Either::Right(mut stream) => {
             // The response's header map is not kept for the stream's life.
-            let head = head(&parts, None, close);
+            head(out, &parts, None, close);
             give_back(parts.headers);
-            if !write(io, &head, slow).await {
+            if !write(io, out, slow).await {
                 return Ended::Gone;
             }
-            drop(head);
+            *out = Vec::new();
             loop {
                 tokio::select! {
                     frame = stream.frame() => match frame {
@@ -96,9 +107,10 @@ async fn write<T: AsyncWrite + Unpin>(io: &mut T, bytes: &[u8], slow: Duration) 
     matches!(timeout(slow, io.write_all(bytes)).await, Ok(Ok(())))
 }
 
-/// The response head, with the framing headers hyper would add.
-fn head(parts: &http::response::Parts, length: Option<usize>, close: bool) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256);
+/// The response head in `out` (emptied first), with the framing headers hyper would add.
+fn head(out: &mut Vec<u8>, parts: &http::response::Parts, length: Option<usize>, close: bool) {
+    out.clear();
+    out.reserve(256);
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(parts.status.as_str().as_bytes());
     out.push(b' ');
@@ -130,11 +142,10 @@ fn head(parts: &http::response::Parts, length: Option<usize>, close: bool) -> Ve
     }
     if !parts.headers.contains_key(DATE) {
         out.extend_from_slice(b"date: ");
-        date(&mut out);
+        date(out);
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
-    out
 }
 
 thread_local! {
@@ -165,8 +176,7 @@ mod tests {
 
     async fn written(resp: Resp, close: bool) -> (Ended, String) {
         let (mut a, mut b) = tokio::io::duplex(1 << 16);
-        let mut rest = BytesMut::new();
-        let ended = response(&mut a, resp, close, Duration::from_secs(5), &mut rest).await;
+        let ended = response(&mut a, resp, close, Duration::from_secs(5), &mut Buffers::default()).await;
         drop(a);
         let mut out = String::new();
         b.read_to_string(&mut out).await.unwrap();
@@ -230,8 +240,7 @@ mod tests {
         let (_tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
         drop(b);
         let resp = Response::new(channel(rx));
-        let mut rest = BytesMut::new();
-        let ended = response(&mut a, resp, false, Duration::from_secs(5), &mut rest).await;
+        let ended = response(&mut a, resp, false, Duration::from_secs(5), &mut Buffers::default()).await;
         assert_eq!(ended, Ended::Gone);
     }
 }
