@@ -61,6 +61,7 @@ mod progress;
 mod quiet;
 pub mod rate;
 mod respond;
+mod spare;
 pub mod stdio;
 pub mod validate;
 mod watch;

@@ -112,8 +112,6 @@ where
     <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn StdError + Send + Sync>>,
 {
     let mut buf = BytesMut::new();
-    // The response head's buffer, kept from request to request.
-    let mut head = Vec::new();
     // Made again after a stream, which does without it (see below).
     let mut shutdown: Option<Shutdown> = None;
     let stopping = |shutdown: &Option<Shutdown>| {
@@ -150,9 +148,7 @@ where
         }
         // At shutdown the answer says the connection closes, as hyper's graceful shutdown does.
         let close = close || stopping(&shutdown);
-        let mut buffers = write::Buffers { rest: buf, head };
-        let ended = write::response(&mut io, resp, close, lean.endpoint.slow_write(), &mut buffers).await;
-        (buf, head) = (buffers.rest, buffers.head);
+        let ended = write::response(&mut io, *resp, close, lean.endpoint.slow_write(), &mut buf).await;
         drop(in_flight);
         if ended != Ended::KeepAlive || stopping(&shutdown) {
             let _ = tokio::time::timeout(lean.endpoint.slow_write(), io.shutdown()).await;
@@ -161,9 +157,9 @@ where
     }
 }
 
-/// What became of a connection's next request. (Not boxed although `Serve` is large: a
-/// `Next` is made once per request and moved once, and the box was an allocation per request.)
-#[allow(clippy::large_enum_variant)]
+/// What became of a connection's next request. (`resp` is boxed although that is an
+/// allocation per request: unboxed, it is held in the connection's own future, which lives as
+/// long as the connection, and an idle keep-alive connection measured 6.58 KiB against 6.18.)
 enum Next {
     /// Not the lean path's: hyper serves it from these bytes on.
     HandOff(BytesMut),
@@ -172,7 +168,7 @@ enum Next {
     /// Answered: `resp` is to be written (`close`: the client asked to close after it),
     /// `rest` is the connection's buffer with what was read past the request, and the request
     /// stays in flight until written.
-    Serve { resp: super::respond::Resp, close: bool, rest: BytesMut, in_flight: InFlight },
+    Serve { resp: Box<super::respond::Resp>, close: bool, rest: BytesMut, in_flight: InFlight },
 }
 
 /// Reads the next request into `buf` (which may hold some of it already); answers it when
@@ -218,7 +214,7 @@ async fn next_request<T: AsyncRead + AsyncWrite + Unpin>(
         Ok(false) => return Next::Done,
         Err(_) => {
             let resp = lean.endpoint.body_timed_out();
-            Box::pin(write::response(io, resp, true, lean.endpoint.slow_write(), &mut Default::default())).await;
+            Box::pin(write::response(io, resp, true, lean.endpoint.slow_write(), &mut BytesMut::new())).await;
             return Next::Done;
         }
     }
@@ -234,7 +230,7 @@ async fn next_request<T: AsyncRead + AsyncWrite + Unpin>(
     let front = Front { method: &Method::POST, path: lean.uri.path(), authority: None, headers: Headers::Raw(headers) };
     let body = Full::new(bytes.slice(head.head_len..));
     let resp = lean.endpoint.serve_front(front, body, Some(lean.peer.ip())).await;
-    Next::Serve { resp, close: head.close, rest: buf, in_flight }
+    Next::Serve { resp: Box::new(resp), close: head.close, rest: buf, in_flight }
 }
 
 /// The outcome of one read.

@@ -9,6 +9,7 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
 use super::body::{Body, full, pieces, relayed};
+use super::spare::{self, Spares};
 use super::validate::Rejected;
 use crate::error::Error;
 use crate::jsonrpc::{RequestId, Spliced, encode_error, encode_result_pieces};
@@ -94,31 +95,25 @@ fn with_type(status: StatusCode, body: Body) -> Resp {
 const SPARE_HEADER_MAPS: usize = 4;
 
 thread_local! {
-    /// Header maps the lean path has written, emptied, with their allocations. A map's first
-    /// insert allocates two (its index and its entries) and its drop frees them: on a cached
-    /// hit that was about 500 instructions of about 26,000. hyper's path drops its maps, and
-    /// then a new one is made as before.
-    static SPARE: RefCell<Vec<HeaderMap>> = const { RefCell::new(Vec::new()) };
+    /// Header maps the lean path has written. A map's first insert allocates two (its index
+    /// and its entries) and its drop frees them: on a cached hit that was about 500
+    /// instructions of about 26,000. hyper's path drops its maps, and then a new one is made as
+    /// before.
+    static SPARE: Spares<HeaderMap> = const { RefCell::new(Vec::new()) };
 }
 
 /// An empty header map, with room already allocated when one was given back.
 fn spare_headers() -> HeaderMap {
-    SPARE.with_borrow_mut(Vec::pop).unwrap_or_default()
+    spare::take(&SPARE)
 }
 
 /// Gives a written response's header map back for a next answer on this thread (at most
 /// [`SPARE_HEADER_MAPS`] are kept; a map that grew past a small answer's is dropped).
 pub fn give_back(mut headers: HeaderMap) {
-    if headers.capacity() > 16 {
-        return;
+    if headers.capacity() <= 16 {
+        headers.clear();
+        spare::give(&SPARE, headers, SPARE_HEADER_MAPS);
     }
-    headers.clear();
-    SPARE.with_borrow_mut(|spare| {
-        if spare.len() < SPARE_HEADER_MAPS {
-            spare.reserve_exact(SPARE_HEADER_MAPS);
-            spare.push(headers);
-        }
-    });
 }
 
 pub fn plain(status: StatusCode, text: &str) -> Resp {

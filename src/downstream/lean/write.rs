@@ -18,6 +18,7 @@ use http_body_util::{BodyExt, Either};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::super::respond::{Resp, give_back};
+use super::super::spare::{self, Spares};
 
 /// Bytes of a next request read (and kept for hyper) while a stream is open; beyond it the
 /// socket is not read until the stream ends, as hyper stops reading at its buffer bound.
@@ -34,43 +35,53 @@ pub(super) enum Ended {
     Gone,
 }
 
-/// A connection's buffers for writing its responses.
-#[derive(Default)]
-pub(super) struct Buffers {
-    /// Bytes read while a response is written (a next request), for the connection.
-    pub rest: BytesMut,
-    /// The response head is made here: kept from response to response, since a head of its
-    /// own was an allocation per request. A stream frees it for its life.
-    pub head: Vec<u8>,
+/// Response-head buffers a thread keeps for its next responses.
+const SPARE_HEADS: usize = 4;
+/// A head buffer that grew past this is not kept.
+const KEEP_HEAD: usize = 4096;
+
+thread_local! {
+    /// Buffers responses' heads were made in: a head of its own was an allocation per request.
+    static HEADS: Spares<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Gives a head buffer back for the thread's next response.
+fn give_back_head(mut head: Vec<u8>) {
+    if head.capacity() <= KEEP_HEAD {
+        head.clear();
+        spare::give(&HEADS, head, SPARE_HEADS);
+    }
 }
 
 /// Writes `resp` to `io`; `close` when the request asked for the connection to close.
-/// Bytes read meanwhile go to `buffers.rest`.
-pub(super) async fn response<T>(io: &mut T, resp: Resp, close: bool, slow: Duration, buffers: &mut Buffers) -> Ended
+/// Bytes read meanwhile go to `rest`.
+pub(super) async fn response<T>(io: &mut T, resp: Resp, close: bool, slow: Duration, rest: &mut BytesMut) -> Ended
 where
     T: AsyncRead + AsyncWrite + Unpin,
 {
-    let Buffers { rest, head: out } = buffers;
     let (parts, body) = resp.into_parts();
     let close = close || parts.headers.get(CONNECTION).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
     let done = if close { Ended::Close } else { Ended::KeepAlive };
     match body {
         Either::Left(whole) => {
             let [a, b, c] = whole.into_pieces();
-            head(out, &parts, Some(a.len() + b.len() + c.len()), close);
+            let head = head(&parts, Some(a.len() + b.len() + c.len()), close);
             give_back(parts.headers);
             // The head as a slice: `Bytes::from` a `Vec` with spare capacity would allocate again.
-            let mut out = Buf::chain(out.as_slice(), a).chain(b).chain(c);
-            if matches!(timeout(slow, io.write_all_buf(&mut out)).await, Ok(Ok(()))) { done } else { Ended::Gone }
+            let mut out = Buf::chain(head.as_slice(), a).chain(b).chain(c);
+            let written = matches!(timeout(slow, io.write_all_buf(&mut out)).await, Ok(Ok(())));
+            give_back_head(head);
+            if written { done } else { Ended::Gone }
         }
         Either::Right(mut stream) => {
             // The response's header map is not kept for the stream's life.
-            head(out, &parts, None, close);
+            let head = head(&parts, None, close);
             give_back(parts.headers);
-            if !write(io, out, slow).await {
+            let written = write(io, &head, slow).await;
+            give_back_head(head);
+            if !written {
                 return Ended::Gone;
             }
-            *out = Vec::new();
             loop {
                 tokio::select! {
                     frame = stream.frame() => match frame {
@@ -107,9 +118,9 @@ async fn write<T: AsyncWrite + Unpin>(io: &mut T, bytes: &[u8], slow: Duration) 
     matches!(timeout(slow, io.write_all(bytes)).await, Ok(Ok(())))
 }
 
-/// The response head in `out` (emptied first), with the framing headers hyper would add.
-fn head(out: &mut Vec<u8>, parts: &http::response::Parts, length: Option<usize>, close: bool) {
-    out.clear();
+/// The response head, with the framing headers hyper would add, in a spare buffer.
+fn head(parts: &http::response::Parts, length: Option<usize>, close: bool) -> Vec<u8> {
+    let mut out = spare::take(&HEADS);
     out.reserve(256);
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(parts.status.as_str().as_bytes());
@@ -142,10 +153,11 @@ fn head(out: &mut Vec<u8>, parts: &http::response::Parts, length: Option<usize>,
     }
     if !parts.headers.contains_key(DATE) {
         out.extend_from_slice(b"date: ");
-        date(out);
+        date(&mut out);
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
+    out
 }
 
 thread_local! {
@@ -176,7 +188,7 @@ mod tests {
 
     async fn written(resp: Resp, close: bool) -> (Ended, String) {
         let (mut a, mut b) = tokio::io::duplex(1 << 16);
-        let ended = response(&mut a, resp, close, Duration::from_secs(5), &mut Buffers::default()).await;
+        let ended = response(&mut a, resp, close, Duration::from_secs(5), &mut BytesMut::new()).await;
         drop(a);
         let mut out = String::new();
         b.read_to_string(&mut out).await.unwrap();
@@ -240,7 +252,7 @@ mod tests {
         let (_tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
         drop(b);
         let resp = Response::new(channel(rx));
-        let ended = response(&mut a, resp, false, Duration::from_secs(5), &mut Buffers::default()).await;
+        let ended = response(&mut a, resp, false, Duration::from_secs(5), &mut BytesMut::new()).await;
         assert_eq!(ended, Ended::Gone);
     }
 }
