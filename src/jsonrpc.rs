@@ -9,6 +9,7 @@
 
 mod encode;
 mod incoming;
+mod inline;
 mod lex;
 mod raw_object;
 mod rpc_error;

@@ -3,6 +3,7 @@
 use bytes::Bytes;
 
 use super::incoming::RequestId;
+use super::inline::Inline;
 use super::rpc_error::RpcError;
 
 /// Appends `s` as a JSON string literal, escaped as serde_json escapes it. Text with nothing
@@ -74,36 +75,24 @@ impl Spliced {
     }
 }
 
-/// Bytes a [`Head`] keeps in place: `{"ttlMs":N,` is at most 30.
-const HEAD_INLINE: usize = 30;
-
-/// The head of a [`Spliced`] text. A head made for one answer (a cached result's `ttlMs`) is
-/// kept in place, so that a cache hit does not allocate it only to copy it into the envelope.
+/// The head of a [`Spliced`] text. A head made for one answer (a cached result's `ttlMs`,
+/// `{"ttlMs":N,`, at most 30 bytes) is kept in place, so that a cache hit does not allocate it
+/// only to copy it into the envelope.
 #[derive(Clone)]
 pub enum Head {
-    Inline { len: u8, bytes: [u8; HEAD_INLINE] },
+    Inline(Inline<30>),
     Shared(Bytes),
 }
 
 impl Head {
     /// `parts` back to back: in place when they fit, else in one allocation.
     pub fn of(parts: &[&[u8]]) -> Self {
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        if len > HEAD_INLINE {
-            return Self::Shared(concat(parts));
-        }
-        let mut bytes = [0; HEAD_INLINE];
-        let mut at = 0;
-        for part in parts {
-            bytes[at..at + part.len()].copy_from_slice(part);
-            at += part.len();
-        }
-        Self::Inline { len: len as u8, bytes }
+        Inline::of(parts).map_or_else(|| Self::Shared(concat(parts)), Self::Inline)
     }
 
     pub fn as_bytes(&self) -> &[u8] {
         match self {
-            Self::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Self::Inline(bytes) => bytes.as_bytes(),
             Self::Shared(bytes) => bytes,
         }
     }
@@ -111,7 +100,7 @@ impl Head {
 
 impl Default for Head {
     fn default() -> Self {
-        Self::Inline { len: 0, bytes: [0; HEAD_INLINE] }
+        Self::Inline(Inline::default())
     }
 }
 
@@ -198,7 +187,7 @@ mod tests {
     #[test]
     fn heads_hold_their_parts_in_place_or_shared() {
         let short = Head::of(&[b"{\"ttlMs\":", b"18446744073709551615", b","]);
-        assert!(matches!(short, Head::Inline { .. }), "the longest TTL head fits in place");
+        assert!(matches!(short, Head::Inline(_)), "the longest TTL head fits in place");
         assert_eq!(short.as_bytes(), b"{\"ttlMs\":18446744073709551615,");
         let long = Head::of(&[&[b'a'; 20], &[b'b'; 11]]);
         assert!(matches!(long, Head::Shared(_)));

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::value::RawValue;
 
+use super::inline::Inline;
 use super::lex::{JsonError, Reader};
 use super::raw_object::{RawJson, RawObject};
 use super::rpc_error::{RpcError, code};
@@ -20,14 +21,15 @@ use envelope::Envelope;
 #[derive(Clone)]
 pub struct RequestId(IdText);
 
-/// Bytes of id text kept in place.
-const INLINE_ID: usize = 22;
-
 #[derive(Clone)]
 enum IdText {
-    Inline { len: u8, bytes: [u8; INLINE_ID] },
+    /// Copied whole from a `&str`, so always UTF-8.
+    Inline(Inline<INLINE_ID>),
     Shared(Arc<str>),
 }
+
+/// Bytes of id text kept in place.
+const INLINE_ID: usize = 22;
 
 impl RequestId {
     /// Checks that `raw` is a JSON string or integer, as JSON-RPC ids must be in MCP.
@@ -47,19 +49,13 @@ impl RequestId {
     }
 
     fn of(text: &str) -> Self {
-        if text.len() > INLINE_ID {
-            return Self(IdText::Shared(Arc::from(text)));
-        }
-        let mut bytes = [0; INLINE_ID];
-        bytes[..text.len()].copy_from_slice(text.as_bytes());
-        Self(IdText::Inline { len: text.len() as u8, bytes })
+        Self(Inline::of(&[text.as_bytes()]).map_or_else(|| IdText::Shared(Arc::from(text)), IdText::Inline))
     }
 
     /// The raw JSON text of the id.
     pub fn as_json(&self) -> &str {
         match &self.0 {
-            // Copied from a `&str` whole: always UTF-8.
-            IdText::Inline { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default(),
+            IdText::Inline(text) => std::str::from_utf8(text.as_bytes()).expect("copied whole from a `&str`"),
             IdText::Shared(text) => text,
         }
     }
@@ -281,6 +277,13 @@ mod tests {
             assert_eq!(RequestId::number(n).as_json(), n.to_string());
         }
         assert_ne!(RequestId::number(1), RequestId::from_raw(RawJson::checked("\"1\"")).unwrap());
+    }
+
+    /// `jsonrpc` and `method` written with escapes read as their values.
+    #[test]
+    fn escaped_string_members_are_unescaped() {
+        let m = Incoming::parse(r#"{"jsonrpc":"2\u002e0","id":1,"method":"m\u0065"}"#).unwrap();
+        assert_eq!((m.kind, m.method()), (Kind::Request, "me"));
     }
 
     #[test]

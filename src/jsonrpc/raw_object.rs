@@ -213,7 +213,7 @@ pub(crate) fn owned_raw(json: Vec<u8>) -> Box<RawValue> {
 /// The value of a raw JSON string, borrowed when it has no escapes; `None` for non-strings.
 pub fn raw_str<'a>(raw: impl Into<RawJson<'a>>) -> Option<Cow<'a, str>> {
     let inner = raw.into().0.strip_prefix('"')?.strip_suffix('"')?;
-    // Checked JSON: the only byte inside a string that needs escaping is an escape's `\\`.
+    // Checked JSON: the only byte inside a string that needs escaping is an escape's `\`.
     lex::decode_string(inner, !lex::needs_no_escape(inner)).ok()
 }
 
