@@ -6,9 +6,11 @@
 //! to be looked up a handful of times. [`Headers`] serves both: the same lookups, with the
 //! same answers, on either.
 //!
-//! A [`Raw`] view is made only by [`Raw::checked`], which accepts exactly the names and
-//! values `http` accepts (the unit tests compare every byte with `http`'s own rules), so a
-//! request the lean path serves is one hyper's path would have had the same headers for.
+//! A [`Raw`] view is made only by [`Raw::from_httparse`], from what httparse's strict request
+//! parse found: httparse lets through exactly the name and value bytes `http` accepts (the
+//! unit tests hold it to that), so a request the lean path serves is one hyper's path
+//! would have had the same headers for. hyper relies on the same: it builds its
+//! `HeaderValue`s from httparse's values unchecked.
 
 use std::ops::Range;
 
@@ -112,7 +114,7 @@ pub struct Raw<'a> {
     first: [u16; KNOWN.len()],
 }
 
-/// Whether the token `raw` (only name bytes, see [`NAME_BYTES`]) is `lower`, a lower-case
+/// Whether the token `raw` (only RFC 9110 token bytes, as httparse leaves a name) is `lower`, a lower-case
 /// name of letters and `-`, in any case. Setting bit 5 lower-cases a letter; of the name
 /// bytes only a letter's two cases become that letter, and only `-` itself becomes `-`
 /// (CR would, but is no name byte). No early exit, so the compiler can compare many
@@ -121,37 +123,8 @@ fn token_is(raw: &[u8], lower: &[u8]) -> bool {
     raw.len() == lower.len() && raw.iter().zip(lower).fold(0, |diff, (&r, &l)| diff | ((r | 0x20) ^ l)) == 0
 }
 
-/// Whether every byte of `bytes` passes `ok`, looking at all of them (no early exit, so the
-/// compiler can check many bytes at once: the common case is that all pass).
-fn all_bytes(bytes: &[u8], ok: impl Fn(u8) -> bool) -> bool {
-    bytes.iter().fold(true, |all, &b| all & ok(b))
-}
-
 /// The longest header name `http` accepts.
 const MAX_NAME: usize = (1 << 16) - 1;
-
-/// Whether `b` may appear in a header name: an RFC 9110 token character, as `http` takes them.
-const fn name_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-        || matches!(b, b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.')
-        || matches!(b, b'^' | b'_' | b'`' | b'|' | b'~')
-}
-
-/// The name bytes as a table: one load per byte.
-static NAME_BYTES: [bool; 256] = {
-    let mut table = [false; 256];
-    let mut b = 0;
-    while b < 256 {
-        table[b] = name_byte(b as u8);
-        b += 1;
-    }
-    table
-};
-
-/// Whether `b` may appear in a header value `http` accepts (`HeaderValue::from_bytes`).
-const fn value_byte(b: u8) -> bool {
-    (b >= 0x20 && b != 0x7f) || b == b'\t'
-}
 
 /// A value as text, as `HeaderValue::to_str` gives it (`None` where `to_str` fails).
 pub fn to_str(value: &[u8]) -> Option<&str> {
@@ -159,24 +132,24 @@ pub fn to_str(value: &[u8]) -> Option<&str> {
 }
 
 impl<'a> Raw<'a> {
-    /// The headers at `places` in `bytes`, when every name and value is one `http` accepts
-    /// (`None` otherwise: such a request is hyper's to refuse), and there are fewer than
-    /// 65,535 of them.
+    /// The headers httparse found in a request head: `places` are where its strict request
+    /// parse (`httparse::Request`, no lenient options) put each name and value in `bytes`.
+    /// httparse lets through only the name and value bytes `http` accepts, which is why
+    /// hyper builds its own `HeaderValue`s from them unchecked (the unit tests here hold
+    /// httparse to that, byte by byte and on arbitrary heads). So only what httparse does
+    /// not check is checked here: `None` (the request is hyper's to refuse) when a name is
+    /// longer than `http` takes, or there are 65,535 headers or more.
     ///
     /// # Panics
     /// When a place lies outside `bytes`.
-    pub fn checked(bytes: &'a [u8], places: &'a [Place]) -> Option<Self> {
+    pub fn from_httparse(bytes: &'a [u8], places: &'a [Place]) -> Option<Self> {
         if places.len() >= usize::from(u16::MAX) {
             return None;
         }
         let mut first = [0u16; KNOWN.len()];
-        for (i, (name, value)) in places.iter().enumerate() {
-            let (name, value) = (&bytes[name.clone()], &bytes[value.clone()]);
-            let valid = !name.is_empty()
-                && name.len() <= MAX_NAME
-                && all_bytes(name, |b| NAME_BYTES[b as usize])
-                && all_bytes(value, value_byte);
-            if !valid {
+        for (i, (name, _)) in places.iter().enumerate() {
+            let name = &bytes[name.clone()];
+            if name.len() > MAX_NAME {
                 return None;
             }
             if let Some(known) = Known::of(name) {
@@ -303,27 +276,113 @@ mod tests {
     use http::HeaderValue;
     use proptest::prelude::*;
 
+    /// The headers httparse's strict request parse (the lean path's) finds in `lines`, with
+    /// their places; `None` when it refuses them.
+    fn httparse_places(lines: &[u8]) -> Option<(Vec<u8>, Vec<Place>)> {
+        let mut head = b"POST /mcp HTTP/1.1\r\n".to_vec();
+        head.extend_from_slice(lines);
+        head.extend_from_slice(b"\r\n");
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(&head) {
+            Ok(httparse::Status::Complete(_)) => {}
+            Ok(httparse::Status::Partial) => panic!("a whole head: {head:?}"),
+            Err(_) => return None,
+        }
+        let at = |part: &[u8]| part.as_ptr() as usize - head.as_ptr() as usize;
+        let places = req
+            .headers
+            .iter()
+            .map(|h| {
+                (at(h.name.as_bytes())..at(h.name.as_bytes()) + h.name.len(), at(h.value)..at(h.value) + h.value.len())
+            })
+            .collect();
+        Some((head, places))
+    }
+
+    /// Every name and value httparse found in `lines` is one `http` accepts.
+    fn http_accepts_all(bytes: &[u8], places: &[Place]) -> bool {
+        places.iter().all(|(n, v)| {
+            HeaderName::from_bytes(&bytes[n.clone()]).is_ok() && HeaderValue::from_bytes(&bytes[v.clone()]).is_ok()
+        })
+    }
+
+    /// The rule [`Raw::from_httparse`] rests on, byte by byte: a name or value with any byte
+    /// in it, at its start, inside, or past the 32 bytes httparse's vector code takes at
+    /// once, is found by httparse exactly when `http` accepts it, and whatever else
+    /// httparse makes of the line, `http` accepts.
     #[test]
-    fn name_and_value_bytes_are_the_ones_http_accepts() {
+    fn httparse_keeps_exactly_the_name_and_value_bytes_http_accepts() {
+        let pad = "p".repeat(40);
         for b in 0..=255u8 {
-            assert_eq!(NAME_BYTES[b as usize], HeaderName::from_bytes(&[b]).is_ok(), "name byte {b:#04x}");
-            assert_eq!(value_byte(b), HeaderValue::from_bytes(&[b]).is_ok(), "value byte {b:#04x}");
             if let Ok(v) = HeaderValue::from_bytes(&[b]) {
                 assert_eq!(to_str(&[b]).is_some(), v.to_str().is_ok(), "to_str of byte {b:#04x}");
             }
+            for (before, after) in [("", "z"), ("a", "z"), (pad.as_str(), "z")] {
+                let mut token = before.as_bytes().to_vec();
+                token.push(b);
+                token.extend_from_slice(after.as_bytes());
+                for as_name in [true, false] {
+                    let line = if as_name { [&token[..], b": v"].concat() } else { [b"x: ", &token[..]].concat() };
+                    let parsed = httparse_places(&[&line[..], b"\r\n"].concat());
+                    let http_ok = if as_name {
+                        HeaderName::from_bytes(&token).is_ok()
+                    } else {
+                        HeaderValue::from_bytes(&token).is_ok()
+                    };
+                    let what = if as_name { "name" } else { "value" };
+                    if let Some((bytes, places)) = &parsed {
+                        assert!(http_accepts_all(bytes, places), "byte {b:#04x} in a {what}: {line:?}");
+                    }
+                    // A value's leading and trailing spaces and tabs are not part of it (RFC 9110 OWS).
+                    let want = match token[0] {
+                        b' ' | b'\t' if !as_name => &token[1..],
+                        _ => &token[..],
+                    };
+                    let found = parsed.as_ref().is_some_and(|(bytes, places)| {
+                        places.iter().any(|(n, v)| &bytes[if as_name { n.clone() } else { v.clone() }] == want)
+                    });
+                    assert_eq!(found, http_ok, "byte {b:#04x} in a {what}: {line:?}");
+                }
+            }
         }
-        assert!(HeaderName::from_bytes(&[b'a'; MAX_NAME]).is_ok());
-        assert!(HeaderName::from_bytes(&[b'a'; MAX_NAME + 1]).is_err());
+    }
+
+    proptest! {
+        /// On arbitrary header lines (CR, LF, colons, spaces, tabs, DEL, NUL and obs-text
+        /// among them), whatever httparse accepts, `http` accepts.
+        #[test]
+        fn whatever_httparse_accepts_http_accepts(
+            lines in proptest::collection::vec(
+                prop_oneof![
+                    4 => proptest::sample::select(b"abcXYZ-_~!09".to_vec()),
+                    2 => proptest::sample::select(b":\r\n \t".to_vec()),
+                    1 => any::<u8>(),
+                ],
+                0..80,
+            )
+        ) {
+            if let Some((bytes, places)) = httparse_places(&[&lines[..], b"\r\n"].concat()) {
+                prop_assert!(http_accepts_all(&bytes, &places), "{:?}", String::from_utf8_lossy(&lines));
+                prop_assert!(Raw::from_httparse(&bytes, &places).is_some());
+            }
+        }
     }
 
     #[test]
-    fn a_name_or_value_http_refuses_makes_no_view() {
-        for bad in [("bad name", "x"), ("", "x"), ("x", "a\u{7f}b"), ("x", "a\rb"), ("x", "a\0b"), ("a\"b", "x")] {
-            let (bytes, places) = lines(&[bad]);
-            assert!(Raw::checked(&bytes, &places).is_none(), "{bad:?}");
+    fn what_http_refuses_httparse_refuses_and_makes_no_view() {
+        for bad in [&b"bad name: x"[..], b": x", b"x: a\x7fb", b"x: a\rb", b"x: a\0b", b"a\"b: x"] {
+            assert!(httparse_places(&[bad, b"\r\n"].concat()).is_none(), "{:?}", String::from_utf8_lossy(bad));
         }
-        let (bytes, places) = lines(&[("x", "tab\there"), ("obs", "caf\u{e9}")]);
-        assert!(Raw::checked(&bytes, &places).is_some(), "tab and obs-text are values http keeps");
+        let (bytes, places) = httparse_places(b"x: tab\there\r\nobs: caf\xe9\r\n").expect("tab and obs-text");
+        assert!(Raw::from_httparse(&bytes, &places).is_some(), "tab and obs-text are values http keeps");
+        // The one rule httparse does not have: a name's length.
+        for (len, ok) in [(MAX_NAME, true), (MAX_NAME + 1, false)] {
+            let line = [&vec![b'a'; len][..], b": v\r\n"].concat();
+            let (bytes, places) = httparse_places(&line).expect("httparse takes any length");
+            assert_eq!(Raw::from_httparse(&bytes, &places).is_some(), ok, "a name of {len}");
+            assert_eq!(HeaderName::from_bytes(&vec![b'a'; len]).is_ok(), ok);
+        }
     }
 
     const NAMES: [&str; 8] =
@@ -345,7 +404,7 @@ mod tests {
             }
             let sent: Vec<(&str, &str)> = sent.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
             let (bytes, places) = lines(&sent);
-            let raw = Headers::Raw(Raw::checked(&bytes, &places).expect("valid headers"));
+            let raw = Headers::Raw(Raw::from_httparse(&bytes, &places).expect("valid headers"));
             let map = Headers::Map(&map);
             for known in Known::ALL {
                 prop_assert_eq!(raw.get(known), map.get(known));
@@ -375,7 +434,7 @@ mod tests {
             let lower = known.name().as_str().as_bytes();
             // Every name byte in every position: only the two cases of the same letter match.
             for at in 0..lower.len() {
-                for b in (0..=255u8).filter(|&b| NAME_BYTES[b as usize]) {
+                for b in (0..=255u8).filter(|&b| HeaderName::from_bytes(&[b]).is_ok()) {
                     let mut raw = lower.to_vec();
                     raw[at] = b;
                     assert_eq!(token_is(&raw, lower), b.eq_ignore_ascii_case(&lower[at]), "{raw:?} against {lower:?}");
@@ -404,7 +463,7 @@ mod tests {
         bytes.push(0xe9);
         bytes.extend_from_slice(b"\r\n");
         let places = [(0..4, 6..7), (9..17, 19..23)];
-        let raw = Headers::Raw(Raw::checked(&bytes, &places).expect("obs-text is a valid value"));
+        let raw = Headers::Raw(Raw::from_httparse(&bytes, &places).expect("obs-text is a valid value"));
         let map = HeaderMap::from_iter([
             (header::HOST, http::HeaderValue::from_static("a")),
             (mcp::header_name::NAME, http::HeaderValue::from_bytes(b"caf\xe9").unwrap()),

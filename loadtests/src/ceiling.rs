@@ -165,41 +165,59 @@ impl CeilingProcess {
 }
 
 /// The `serve-ceiling` command: serves the body in `body_file` on an ephemeral loopback port,
-/// prints `listening ADDR`, and ends when stdin closes.
+/// prints `listening ADDR`, and ends when stdin closes or at SIGTERM or SIGINT ([`StopSignal`]).
 pub async fn serve_child(body_file: &Path) -> Result<()> {
     let body = std::fs::read(body_file).with_context(|| format!("reading {}", body_file.display()))?;
     let ceiling = Ceiling::start(Bytes::from(body)).await?;
+    let stop = StopSignal::install();
     let mut out = tokio::io::stdout();
     out.write_all(format!("{READY_PREFIX}{}\n", ceiling.addr).as_bytes()).await?;
     out.flush().await?;
-    until_stdin_closes().await;
+    stop.wait().await;
     drop(ceiling);
     Ok(())
 }
 
-/// Returns when standard input closes (the parent's signal that a child should stop), or at
-/// SIGTERM or SIGINT: a process killed by a signal's default action drops nothing, so the
-/// servers it started as children of its own (`targets`) would outlive it.
-pub async fn until_stdin_closes() {
-    let closed = async {
-        let mut stdin = tokio::io::stdin();
-        let mut buf = [0u8; 64];
-        while let Ok(n) = stdin.read(&mut buf).await {
-            if n == 0 {
-                break;
+/// How a child is told to stop: standard input closing (the parent's signal), or SIGTERM or
+/// SIGINT: a process killed by a signal's default action drops nothing, so the servers it
+/// started as children of its own (`targets`) would outlive it. Made before the child says
+/// it is ready, so a signal sent as soon as the parent reads that is not lost to the
+/// default action.
+pub struct StopSignal {
+    signals: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl StopSignal {
+    /// Installs the SIGTERM and SIGINT handlers (without them, stdin alone stops the child).
+    pub fn install() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        let signals = match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(term), Ok(int)) => Some((term, int)),
+            _ => None,
+        };
+        Self { signals }
+    }
+
+    /// Returns when standard input closes or one of the signals arrives.
+    pub async fn wait(self) {
+        let closed = async {
+            let mut stdin = tokio::io::stdin();
+            let mut buf = [0u8; 64];
+            while let Ok(n) = stdin.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
             }
-        }
-    };
-    use tokio::signal::unix::{SignalKind, signal};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = closed => {}
-                _ = term.recv() => {}
-                _ = int.recv() => {}
+        };
+        match self.signals {
+            Some((mut term, mut int)) => {
+                tokio::select! {
+                    _ = closed => {}
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
             }
+            None => closed.await,
         }
-        // No signal handling here: stdin alone, as before.
-        _ => closed.await,
     }
 }

@@ -37,6 +37,7 @@ pub async fn serve(s: &Scenario, placement: &Placement) -> Result<()> {
             }
         }
         let warmed = proxy.upstream_total();
+        let stop = crate::ceiling::StopSignal::install();
         let mut out = tokio::io::stdout();
         let lines = format!(
             "proxy http://{}/mcp\nceiling http://{}/mcp\nkeys {keys}\nready\n",
@@ -44,7 +45,7 @@ pub async fn serve(s: &Scenario, placement: &Placement) -> Result<()> {
         );
         out.write_all(lines.as_bytes()).await?;
         out.flush().await?;
-        crate::ceiling::until_stdin_closes().await;
+        stop.wait().await;
         let upstream = proxy.upstream_total() - warmed;
         eprintln!("resmux-load targets: {upstream} upstream requests after the warm-up (0: every read a hit)");
         Ok(())
