@@ -110,8 +110,34 @@ pub struct Raw<'a> {
     /// is a slice of it, not checked again.
     text: Option<&'a str>,
     places: &'a [Place],
-    /// Where each [`Known`] header's first value is: its index in `places`, plus one (0: absent).
-    first: [u16; KNOWN.len()],
+    first: Firsts,
+}
+
+/// Where each [`Known`] header's first value is among a head's headers: its index, plus one
+/// (0: absent). Built as the headers are read, in their order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Firsts([u16; KNOWN.len()]);
+
+impl Firsts {
+    /// Notes that header number `i` (fewer than 65,535) is named `name`; the known header
+    /// it is, if any.
+    pub fn note(&mut self, i: usize, name: &[u8]) -> Option<Known> {
+        let known = Known::of(name)?;
+        let slot = &mut self.0[known as usize];
+        if *slot == 0 {
+            *slot = i as u16 + 1;
+        }
+        Some(known)
+    }
+
+    /// The table for the headers at `places` in `bytes`.
+    pub fn of(bytes: &[u8], places: &[Place]) -> Self {
+        let mut firsts = Self::default();
+        for (i, (name, _)) in places.iter().enumerate() {
+            firsts.note(i, &bytes[name.clone()]);
+        }
+        firsts
+    }
 }
 
 /// Whether the token `raw` (only RFC 9110 token bytes, as httparse leaves a name) is `lower`, a lower-case
@@ -125,6 +151,11 @@ fn token_is(raw: &[u8], lower: &[u8]) -> bool {
 
 /// The longest header name `http` accepts.
 const MAX_NAME: usize = (1 << 16) - 1;
+
+/// Whether a name of `len` bytes is one `http` takes (httparse has no bound of its own).
+pub fn name_fits(len: usize) -> bool {
+    len <= MAX_NAME
+}
 
 /// A value as text, as `HeaderValue::to_str` gives it (`None` where `to_str` fails).
 pub fn to_str(value: &[u8]) -> Option<&str> {
@@ -143,23 +174,15 @@ impl<'a> Raw<'a> {
     /// # Panics
     /// When a place lies outside `bytes`.
     pub fn from_httparse(bytes: &'a [u8], places: &'a [Place]) -> Option<Self> {
-        if places.len() >= usize::from(u16::MAX) {
-            return None;
-        }
-        let mut first = [0u16; KNOWN.len()];
-        for (i, (name, _)) in places.iter().enumerate() {
-            let name = &bytes[name.clone()];
-            if name.len() > MAX_NAME {
-                return None;
-            }
-            if let Some(known) = Known::of(name) {
-                let slot = &mut first[known as usize];
-                if *slot == 0 {
-                    *slot = i as u16 + 1;
-                }
-            }
-        }
-        Some(Self { bytes, text: std::str::from_utf8(bytes).ok(), places, first })
+        let valid = places.len() < usize::from(u16::MAX) && places.iter().all(|(name, _)| name_fits(name.len()));
+        valid.then(|| Self::indexed(bytes, places, Firsts::of(bytes, places)))
+    }
+
+    /// [`Self::from_httparse`] for a reader that checked the names' lengths and their count,
+    /// and noted each name in `first` as it read them (the lean path's head parse).
+    pub fn indexed(bytes: &'a [u8], places: &'a [Place], first: Firsts) -> Self {
+        debug_assert_eq!(first, Firsts::of(bytes, places));
+        Self { bytes, text: std::str::from_utf8(bytes).ok(), places, first }
     }
 
     /// The value at `at` as text, when it is visible ASCII.
@@ -173,7 +196,7 @@ impl<'a> Raw<'a> {
 
     /// Where the first value of `name` is.
     fn value(self, name: Known) -> Option<&'a Range<usize>> {
-        match self.first[name as usize] {
+        match self.first.0[name as usize] {
             0 => None,
             at => Some(&self.places[usize::from(at) - 1].1),
         }
@@ -187,7 +210,7 @@ impl<'a> Raw<'a> {
 impl<'a> Headers<'a> {
     /// No headers (a transport without them).
     pub const NONE: Headers<'static> =
-        Headers::Raw(Raw { bytes: &[], text: Some(""), places: &[], first: [0; KNOWN.len()] });
+        Headers::Raw(Raw { bytes: &[], text: Some(""), places: &[], first: Firsts([0; KNOWN.len()]) });
 
     /// Every header, names and values, in an order where each name's values keep theirs.
     pub fn iter(self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {

@@ -221,12 +221,8 @@ async fn next_request<T: AsyncRead + AsyncWrite + Unpin>(
     // The request's bytes, frozen: the endpoint reads its headers where they are, and its
     // body is a slice of them.
     let bytes = buf.split_to(need).freeze();
-    let Some(headers) = Raw::from_httparse(&bytes[..head.head_len], ranges) else {
-        // A name longer than `http` takes: hyper judges the request, from these bytes on.
-        let mut read = BytesMut::from(&bytes[..]);
-        read.extend_from_slice(&buf);
-        return Next::HandOff(read);
-    };
+    // The head parse checked the names' lengths and noted the known ones.
+    let headers = Raw::indexed(&bytes[..head.head_len], ranges, head.first);
     let front = Front { method: &Method::POST, path: lean.uri.path(), authority: None, headers: Headers::Raw(headers) };
     let body = Full::new(bytes.slice(head.head_len..));
     let resp = lean.endpoint.serve_front(front, body, Some(lean.peer.ip())).await;

@@ -4,11 +4,10 @@
 
 use std::mem::MaybeUninit;
 
-use http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING, UPGRADE};
+use http::header::{CONNECTION, EXPECT, TRANSFER_ENCODING, UPGRADE};
 use http::{HeaderName, Uri};
 
-use crate::headers::Place;
-use crate::mcp::H_METHOD;
+use crate::headers::{Firsts, Known, Place, name_fits};
 use crate::mcp::method::LISTEN;
 
 /// Headers a lean head may carry; a head with more is left to hyper (its own bound is 100).
@@ -52,6 +51,9 @@ pub(super) struct Head {
     pub body_len: usize,
     /// The client asked to close the connection after this exchange.
     pub close: bool,
+    /// Where each known header's first value is in the [`Ranges`] (noted as they were read,
+    /// so the endpoint's view of them needs no second pass).
+    pub first: Firsts,
 }
 
 /// Parses `buf` as the start of a request to `uri` (the endpoint's path) that `takes` covers,
@@ -82,40 +84,53 @@ pub(super) fn parse(buf: &[u8], uri: &Uri, takes: Takes, max_body: usize, ranges
     let mut body_len = None;
     let mut method = None;
     let mut close = false;
-    for h in req.headers.iter() {
+    let mut first = Firsts::default();
+    for (i, h) in req.headers.iter().enumerate() {
         let (name, value) = (h.name.as_bytes(), h.value);
-        let is = |n: &HeaderName| name.eq_ignore_ascii_case(n.as_str().as_bytes());
-        if is(&TRANSFER_ENCODING) || is(&EXPECT) || is(&UPGRADE) {
+        // httparse checks a name's bytes, not its length.
+        if !name_fits(name.len()) {
             return Parsed::Other;
         }
-        if name.eq_ignore_ascii_case(H_METHOD.as_bytes()) {
-            if method.is_some() {
-                return Parsed::Other;
+        match first.note(i, name) {
+            Some(Known::Method) => {
+                if method.is_some() {
+                    return Parsed::Other;
+                }
+                method = Some(value);
             }
-            method = Some(value);
-        } else if is(&CONTENT_LENGTH) {
-            // Exactly one plain decimal length; anything else is hyper's to judge.
-            let n = std::str::from_utf8(value).ok().filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
-            match (body_len, n.and_then(|v| v.parse::<usize>().ok())) {
-                (None, Some(n)) if n <= max_body => body_len = Some(n),
-                _ => return Parsed::Other,
+            Some(Known::ContentLength) => {
+                // Exactly one plain decimal length; anything else is hyper's to judge.
+                let n =
+                    std::str::from_utf8(value).ok().filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
+                match (body_len, n.and_then(|v| v.parse::<usize>().ok())) {
+                    (None, Some(n)) if n <= max_body => body_len = Some(n),
+                    _ => return Parsed::Other,
+                }
             }
-        } else if is(&CONNECTION) {
-            close |=
-                std::str::from_utf8(value).is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")));
+            Some(_) => {}
+            None => {
+                let is = |n: &HeaderName| name.eq_ignore_ascii_case(n.as_str().as_bytes());
+                if is(&TRANSFER_ENCODING) || is(&EXPECT) || is(&UPGRADE) {
+                    return Parsed::Other;
+                }
+                if is(&CONNECTION) {
+                    close |= std::str::from_utf8(value)
+                        .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")));
+                }
+            }
         }
         ranges.push((at(name), at(value)));
     }
     let listen = method == Some(LISTEN.as_bytes());
     let taken = if listen { takes.listens } else { takes.requests };
     let (Some(body_len), true) = (body_len, taken) else { return Parsed::Other };
-    Parsed::Lean(Head { head_len, body_len, close })
+    Parsed::Lean(Head { head_len, body_len, close, first })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::headers::{Headers, Known, Raw};
+    use crate::headers::{Headers, Raw};
 
     const LISTEN_HEAD: &[u8] = b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
         Mcp-Method: subscriptions/listen\r\ncontent-length: 2\r\nConnection: keep-alive, close\r\n\r\n{}";
@@ -154,6 +169,35 @@ mod tests {
         assert!(matches!(parse(&LISTEN_HEAD[..20], &mcp(), LISTENS, 100).0, Parsed::Partial));
         let (Parsed::Lean(head), _) = parse(READ_HEAD, &mcp(), REQUESTS, 100) else { panic!("not lean") };
         assert!(!head.close, "HTTP/1.1 keeps the connection by default");
+    }
+
+    #[test]
+    fn the_known_headers_are_noted_as_they_are_read() {
+        let mixed = b"POST /mcp HTTP/1.1\r\nX-A: 1\r\nHOST: a\r\nhost: b\r\nmcp-name: n\r\nAccept: */*\r\n\
+            MCP-METHOD: resources/read\r\nContent-Length: 2\r\n\r\n{}";
+        for raw in [LISTEN_HEAD, READ_HEAD, &mixed[..]] {
+            let (Parsed::Lean(head), ranges) = parse(raw, &mcp(), BOTH, 100) else { panic!("not lean") };
+            assert_eq!(head.first, Firsts::of(raw, &ranges), "{}", String::from_utf8_lossy(raw));
+        }
+        let (Parsed::Lean(head), ranges) = parse(&mixed[..], &mcp(), BOTH, 100) else { panic!("not lean") };
+        let headers = Headers::Raw(Raw::indexed(&mixed[..], &ranges, head.first));
+        assert_eq!(headers.get_str(Known::Host), Some("a"), "the first of two");
+        assert_eq!(headers.get_str(Known::Name), Some("n"));
+        assert_eq!(headers.get_str(Known::Origin), None);
+    }
+
+    #[test]
+    fn a_name_longer_than_http_takes_is_hypers() {
+        for (len, lean) in [(65_535, true), (65_536, false)] {
+            let raw = [
+                &b"POST /mcp HTTP/1.1\r\nmcp-method: resources/read\r\n"[..],
+                &vec![b'x'; len],
+                b": v\r\n\
+                content-length: 2\r\n\r\n{}",
+            ]
+            .concat();
+            assert_eq!(matches!(parse(&raw, &mcp(), BOTH, 100).0, Parsed::Lean(_)), lean, "a name of {len}");
+        }
     }
 
     #[test]
