@@ -6,10 +6,11 @@
 //! to be looked up a handful of times. [`Headers`] serves both: the same lookups, with the
 //! same answers, on either.
 //!
-//! A [`Raw`] view is made only by [`Raw::from_httparse`], from what httparse's strict request
-//! parse found: httparse lets through exactly the name and value bytes `http` accepts (the
-//! unit tests hold it to that), so a request the lean path serves is one hyper's path
-//! would have had the same headers for. hyper relies on the same: it builds its
+//! A [`Raw`] view is made only from what httparse's strict request parse found
+//! ([`Raw::from_httparse`], or [`Raw::indexed`] for the lean head parse, which checks and
+//! notes the names as it reads them): httparse lets through exactly the name and value bytes
+//! `http` accepts (the unit tests hold it to that), so a request the lean path serves is one
+//! hyper's path would have had the same headers for. hyper relies on the same: it builds its
 //! `HeaderValue`s from httparse's values unchecked.
 
 use std::ops::Range;
@@ -140,11 +141,11 @@ impl Firsts {
     }
 }
 
-/// Whether the token `raw` (only RFC 9110 token bytes, as httparse leaves a name) is `lower`, a lower-case
-/// name of letters and `-`, in any case. Setting bit 5 lower-cases a letter; of the name
-/// bytes only a letter's two cases become that letter, and only `-` itself becomes `-`
-/// (CR would, but is no name byte). No early exit, so the compiler can compare many
-/// bytes at once.
+/// Whether the token `raw` (only RFC 9110 token bytes, as httparse leaves a name) is
+/// `lower`, a lower-case name of letters and `-`, in any case. Setting bit 5 lower-cases a
+/// letter; of the name bytes only a letter's two cases become that letter, and only `-`
+/// itself becomes `-` (CR would, but is no name byte). No early exit, so the compiler can
+/// compare many bytes at once.
 fn token_is(raw: &[u8], lower: &[u8]) -> bool {
     raw.len() == lower.len() && raw.iter().zip(lower).fold(0, |diff, (&r, &l)| diff | ((r | 0x20) ^ l)) == 0
 }
