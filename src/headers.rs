@@ -7,8 +7,7 @@
 //! same answers, on either.
 //!
 //! A [`Raw`] view is made only from what httparse's strict request parse found
-//! ([`Raw::from_httparse`], or [`Raw::indexed`] for the lean head parse, which checks and
-//! notes the names as it reads them): httparse lets through exactly the name and value bytes
+//! ([`Raw::from_httparse`]): httparse lets through exactly the name and value bytes
 //! `http` accepts (the unit tests hold it to that), so a request the lean path serves is one
 //! hyper's path would have had the same headers for. hyper relies on the same: it builds its
 //! `HeaderValue`s from httparse's values unchecked.
@@ -167,23 +166,24 @@ impl<'a> Raw<'a> {
     /// The headers httparse found in a request head: `places` are where its strict request
     /// parse (`httparse::Request`, no lenient options) put each name and value in `bytes`.
     /// httparse lets through only the name and value bytes `http` accepts, which is why
-    /// hyper builds its own `HeaderValue`s from them unchecked (the unit tests here hold
-    /// httparse to that, byte by byte and on arbitrary heads). So only what httparse does
-    /// not check is checked here: `None` (the request is hyper's to refuse) when a name is
-    /// longer than `http` takes, or there are 65,535 headers or more.
+    /// hyper builds its own `HeaderValue`s from them unchecked (`header_value!` in hyper's
+    /// `proto/h1/role.rs`; the unit tests here hold httparse to that, byte by byte and on
+    /// arbitrary heads). The reader checked what httparse does not, each name's length
+    /// ([`name_fits`]), and noted the known names in `first` as it read them: the lean head
+    /// parse does both in its one pass over the headers.
     ///
     /// # Panics
     /// When a place lies outside `bytes`.
-    pub fn from_httparse(bytes: &'a [u8], places: &'a [Place]) -> Option<Self> {
-        let valid = places.len() < usize::from(u16::MAX) && places.iter().all(|(name, _)| name_fits(name.len()));
-        valid.then(|| Self::indexed(bytes, places, Firsts::of(bytes, places)))
-    }
-
-    /// [`Self::from_httparse`] for a reader that checked the names' lengths and their count,
-    /// and noted each name in `first` as it read them (the lean path's head parse).
-    pub fn indexed(bytes: &'a [u8], places: &'a [Place], first: Firsts) -> Self {
+    pub fn from_httparse(bytes: &'a [u8], places: &'a [Place], first: Firsts) -> Self {
+        debug_assert!(places.len() < usize::from(u16::MAX) && places.iter().all(|(n, _)| name_fits(n.len())));
         debug_assert_eq!(first, Firsts::of(bytes, places));
         Self { bytes, text: std::str::from_utf8(bytes).ok(), places, first }
+    }
+
+    /// [`Self::from_httparse`] with the known names noted here, for tests.
+    #[cfg(test)]
+    pub(crate) fn of_places(bytes: &'a [u8], places: &'a [Place]) -> Self {
+        Self::from_httparse(bytes, places, Firsts::of(bytes, places))
     }
 
     /// The value at `at` as text, when it is visible ASCII.
@@ -388,23 +388,22 @@ mod tests {
         ) {
             if let Some((bytes, places)) = httparse_places(&[&lines[..], b"\r\n"].concat()) {
                 prop_assert!(http_accepts_all(&bytes, &places), "{:?}", String::from_utf8_lossy(&lines));
-                prop_assert!(Raw::from_httparse(&bytes, &places).is_some());
             }
         }
     }
 
     #[test]
-    fn what_http_refuses_httparse_refuses_and_makes_no_view() {
+    fn what_http_refuses_httparse_refuses() {
         for bad in [&b"bad name: x"[..], b": x", b"x: a\x7fb", b"x: a\rb", b"x: a\0b", b"a\"b: x"] {
             assert!(httparse_places(&[bad, b"\r\n"].concat()).is_none(), "{:?}", String::from_utf8_lossy(bad));
         }
         let (bytes, places) = httparse_places(b"x: tab\there\r\nobs: caf\xe9\r\n").expect("tab and obs-text");
-        assert!(Raw::from_httparse(&bytes, &places).is_some(), "tab and obs-text are values http keeps");
-        // The one rule httparse does not have: a name's length.
+        assert!(http_accepts_all(&bytes, &places), "tab and obs-text are values http keeps");
+        // The one rule httparse does not have, a name's length, is `http`'s own.
         for (len, ok) in [(MAX_NAME, true), (MAX_NAME + 1, false)] {
             let line = [&vec![b'a'; len][..], b": v\r\n"].concat();
-            let (bytes, places) = httparse_places(&line).expect("httparse takes any length");
-            assert_eq!(Raw::from_httparse(&bytes, &places).is_some(), ok, "a name of {len}");
+            assert!(httparse_places(&line).is_some(), "httparse takes a name of any length");
+            assert_eq!(name_fits(len), ok);
             assert_eq!(HeaderName::from_bytes(&vec![b'a'; len]).is_ok(), ok);
         }
     }
@@ -428,7 +427,7 @@ mod tests {
             }
             let sent: Vec<(&str, &str)> = sent.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
             let (bytes, places) = lines(&sent);
-            let raw = Headers::Raw(Raw::from_httparse(&bytes, &places).expect("valid headers"));
+            let raw = Headers::Raw(Raw::of_places(&bytes, &places));
             let map = Headers::Map(&map);
             for known in Known::ALL {
                 prop_assert_eq!(raw.get(known), map.get(known));
@@ -487,7 +486,7 @@ mod tests {
         bytes.push(0xe9);
         bytes.extend_from_slice(b"\r\n");
         let places = [(0..4, 6..7), (9..17, 19..23)];
-        let raw = Headers::Raw(Raw::from_httparse(&bytes, &places).expect("obs-text is a valid value"));
+        let raw = Headers::Raw(Raw::of_places(&bytes, &places));
         let map = HeaderMap::from_iter([
             (header::HOST, http::HeaderValue::from_static("a")),
             (mcp::header_name::NAME, http::HeaderValue::from_bytes(b"caf\xe9").unwrap()),

@@ -222,7 +222,7 @@ async fn next_request<T: AsyncRead + AsyncWrite + Unpin>(
     // body is a slice of them.
     let bytes = buf.split_to(need).freeze();
     // The head parse checked the names' lengths and noted the known ones.
-    let headers = Raw::indexed(&bytes[..head.head_len], ranges, head.first);
+    let headers = Raw::from_httparse(&bytes[..head.head_len], ranges, head.first);
     let front = Front { method: &Method::POST, path: lean.uri.path(), authority: None, headers: Headers::Raw(headers) };
     let body = Full::new(bytes.slice(head.head_len..));
     let resp = lean.endpoint.serve_front(front, body, Some(lean.peer.ip())).await;
