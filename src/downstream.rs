@@ -55,6 +55,7 @@ mod lean;
 pub mod legacy;
 mod listen;
 mod listener;
+mod memo;
 pub(crate) mod origin;
 mod per_ip;
 mod progress;

@@ -472,3 +472,64 @@ async fn odd_headers_are_judged_as_hyper_judges_them() {
         assert_eq!(seen[0].0, status, "{what}: {:?}", seen[0].2);
     }
 }
+
+/// The request-body memo (`[listen] parse_memo_entries`, src/downstream/memo.rs) serves a body
+/// seen before with another id from its kept decode. Every answer must be the one a fresh
+/// decode gives: its own id (integer or string), a refusal of its own headers carrying that
+/// id, an id the strict grammar leaves to the codec judged by the codec, and another body's
+/// own result. Compared, in order, with the memo off, on the lean path and on hyper's.
+#[tokio::test]
+async fn a_body_seen_before_is_answered_as_a_fresh_decode_would_be() {
+    let item0 = "docs://item/0";
+    let mut seen: Vec<Vec<Answer>> = Vec::new();
+    for (lean, entries) in [(true, 64), (false, 64), (true, 0)] {
+        let (p, _up) = proxy(lean, |c| c.listen.parse_memo_entries = entries).await;
+        let read = |id: &str, uri: &str, name: &str| {
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/read","params":{{"uri":"{uri}","_meta":{}}}}}"#,
+                meta()
+            );
+            request(&p, "resources/read", &format!("mcp-name: {name}\r\n"), &body)
+        };
+        let sends = [
+            read("1", item0, item0),
+            read("2", item0, item0),
+            read("3", item0, item0),
+            read(r#""s-4""#, item0, item0),
+            read("5", item0, "docs://item/2"),
+            read("1.5", item0, item0),
+            read(r#""a\"b""#, item0, item0),
+            read("6", "docs://item/1", "docs://item/1"),
+            read("-7", item0, item0),
+        ];
+        let mut s = TcpStream::connect(p.app.local_addr()).await.unwrap();
+        let mut rest = Vec::new();
+        let mut answers = Vec::new();
+        for bytes in sends {
+            s.write_all(&bytes).await.unwrap();
+            let raw = read_response(&mut s, &mut rest).await;
+            let mut body: Value = serde_json::from_slice(&raw.body).unwrap();
+            if let Some(ttl) = body["result"].get_mut("ttlMs") {
+                *ttl = json!("counted down");
+            }
+            let headers = dated(&raw).into_iter().filter(|(k, _)| k != "age").collect();
+            answers.push((raw.status, headers, body));
+        }
+        seen.push(answers);
+    }
+    let a = &seen[0];
+    let ids: Vec<Value> = a.iter().map(|x| x.2["id"].clone()).collect();
+    assert_eq!(
+        ids,
+        [json!(1), json!(2), json!(3), json!("s-4"), json!(5), Value::Null, json!("a\"b"), json!(6), json!(-7)]
+    );
+    assert_eq!(a[4].0, 400, "the Mcp-Name of its own headers is refused: {}", a[4].2);
+    assert_eq!(a[5].0, 400, "1.5 is no id: {}", a[5].2);
+    let text = |i: usize| a[i].2["result"]["contents"][0]["uri"].clone();
+    assert_eq!((text(3), text(7), text(8)), (json!(item0), json!("docs://item/1"), json!(item0)));
+    for other in &seen[1..] {
+        for (i, (x, y)) in a.iter().zip(other).enumerate() {
+            assert_eq!(x, y, "answer {i}");
+        }
+    }
+}
