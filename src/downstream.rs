@@ -55,7 +55,6 @@ mod lean;
 pub mod legacy;
 mod listen;
 mod listener;
-mod memo;
 pub(crate) mod origin;
 mod per_ip;
 mod progress;

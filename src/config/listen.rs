@@ -115,15 +115,6 @@ pub struct ListenConfig {
     /// parser's own recursion limit). Default 64: MCP messages nest a handful of levels, tool
     /// arguments a few more.
     pub max_json_depth: usize,
-    /// Request bodies kept decoded, per worker thread: a body that is a kept one's with only
-    /// its JSON-RPC id changed (a client reading the same resource again) is served from the
-    /// kept decode instead of being read by the JSON parser again; headers, authentication and
-    /// every validation rule are still applied to it. A body is kept the second time it is
-    /// seen. 0 disables. Default 256 (the decode is about 4,000 of a cached read's 24,000
-    /// instructions: docs/hit-path-profile.md, round thirteen).
-    pub parse_memo_entries: usize,
-    /// Longest body the memo keeps. Default 4,096 bytes.
-    pub parse_memo_max_bytes: usize,
     /// Serve HTTPS instead of clear-text HTTP, with this certificate and key. ALPN offers
     /// `http/1.1`, and `h2` too when `http2` is set. Default: none (clear text).
     pub tls: Option<ListenTls>,
@@ -164,8 +155,6 @@ impl Default for ListenConfig {
             requests_per_second: 1000,
             request_burst: 0,
             max_json_depth: crate::jsonrpc::DEFAULT_MAX_DEPTH,
-            parse_memo_entries: 256,
-            parse_memo_max_bytes: 4096,
             tls: None,
         }
     }

@@ -42,10 +42,6 @@ const MAX_NAME: usize = 63;
 /// Largest `listen.http2_max_concurrent_streams`: one connection's streams are one task
 /// each, so a client cannot ask for an unbounded number through one socket.
 const MAX_H2_STREAMS: u32 = 100_000;
-/// Most request bodies `[listen] parse_memo_entries` keeps per worker thread.
-const MAX_PARSE_MEMO_ENTRIES: usize = 65_536;
-/// Longest body `[listen] parse_memo_max_bytes` lets the memo keep.
-const MAX_PARSE_MEMO_BYTES: usize = 1 << 20;
 
 /// Smallest `listen.max_header_bytes`: hyper's minimum HTTP/1 read buffer.
 const MIN_HEADER_BYTES: usize = 8192;
@@ -126,12 +122,6 @@ impl Config {
         }
         if !(1..=crate::jsonrpc::MAX_DEPTH_LIMIT).contains(&self.listen.max_json_depth) {
             err("listen.max_json_depth".into(), "must be between 1 and 128");
-        }
-        if self.listen.parse_memo_entries > MAX_PARSE_MEMO_ENTRIES {
-            err("listen.parse_memo_entries".into(), &format!("must be at most {MAX_PARSE_MEMO_ENTRIES}"));
-        }
-        if self.listen.parse_memo_max_bytes > MAX_PARSE_MEMO_BYTES {
-            err("listen.parse_memo_max_bytes".into(), &format!("must be at most {MAX_PARSE_MEMO_BYTES}"));
         }
         if self.listen.legacy_session_idle.is_zero() {
             err("listen.legacy_session_idle".into(), "must be positive");

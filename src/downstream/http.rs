@@ -14,7 +14,6 @@ use tracing::Instrument;
 
 use super::deadline::lazy_timeout;
 use super::legacy::{self, Legacy, SessionTable};
-use super::memo::{Found, Memo};
 use super::origin::OriginPolicy;
 use super::rate::{RateLimit, retry_after_secs};
 use super::respond::{self, Resp, empty, plain};
@@ -63,8 +62,6 @@ struct Inner {
     rate: RateLimit,
     /// Deepest JSON nesting accepted in a request body.
     max_depth: usize,
-    /// Request bodies seen before, decoded once.
-    memo: Memo,
 }
 
 impl Endpoint {
@@ -89,7 +86,6 @@ impl Endpoint {
             body_timeout: listen.body_timeout,
             rate: RateLimit::new(listen.requests_per_second, listen.request_burst),
             max_depth: listen.max_json_depth,
-            memo: Memo::new(listen.parse_memo_entries, listen.parse_memo_max_bytes, listen.max_json_depth),
             policy: OriginPolicy::new(&listen.allowed_origins, &listen.allowed_hosts, listen.addr),
         }))
     }
@@ -299,56 +295,31 @@ impl Endpoint {
             Ok(Err(e)) => return plain(StatusCode::BAD_REQUEST, &e.to_string()),
             Err(_) => return self.body_timed_out(),
         };
-        let not_utf8 = || respond::error(None, DownstreamError::Parse("body is not UTF-8".into()).into());
-        // A body seen before with another id is served from its kept decode (`super::memo`);
-        // one seen a second time is decoded into a template to keep.
-        let (template, memo_id, candidate) = match self.0.memo.find(&body) {
-            Found::Hit(template, id) => (Some(template), Some(id), None),
-            Found::Again(candidate) => match self.0.memo.decode(&body) {
-                None => return not_utf8(),
-                Some(Err(e)) => return respond::rejected(validate::message_error(e)),
-                Some(Ok(template)) => (Some(Arc::new(template)), None, Some(candidate)),
-            },
-            Found::No => (None, None, None),
+        let Ok(text) = std::str::from_utf8(&body) else {
+            return respond::error(None, DownstreamError::Parse("body is not UTF-8".into()).into());
         };
-        let fresh;
-        let msg = match &template {
-            Some(template) => template.msg(),
-            None => {
-                let Ok(text) = std::str::from_utf8(&body) else { return not_utf8() };
-                fresh = match Incoming::parse_limited(text, self.0.max_depth) {
-                    Ok(m) => m,
-                    Err(e) => return respond::rejected(validate::message_error(e)),
-                };
-                &fresh
-            }
+        let msg = match Incoming::parse_limited(text, self.0.max_depth) {
+            Ok(m) => m,
+            Err(e) => return respond::rejected(validate::message_error(e)),
         };
         // Only an `initialize` or a request naming a session can be legacy; checking the shape
-        // first keeps the modern hot path to one parse of the params. (A memo hit is never
-        // legacy: only bodies valid as modern requests are kept.)
+        // first keeps the modern hot path to one parse of the params.
         let maybe_legacy = msg.method() == legacy_method::INITIALIZE || req.headers.contains(Known::SessionId);
-        if memo_id.is_none() && maybe_legacy && !validate::is_modern(msg) {
+        if maybe_legacy && !validate::is_modern(&msg) {
             crate::telemetry::record_method(msg.method());
             if msg.kind == Kind::Request && msg.method() == legacy_method::INITIALIZE {
-                return Box::pin(legacy::http::initialize(&self.0.legacy, &self.0.sessions, msg, &principal)).await;
+                return Box::pin(legacy::http::initialize(&self.0.legacy, &self.0.sessions, &msg, &principal)).await;
             }
             if let Some(session) = req.headers.get(Known::SessionId) {
-                let post = legacy::http::post(&self.0.legacy, &self.0.sessions, req.headers, session, msg, &principal);
+                let post = legacy::http::post(&self.0.legacy, &self.0.sessions, req.headers, session, &msg, &principal);
                 return Box::pin(post).await;
             }
         }
-        let valid = match &memo_id {
-            Some(id) => validate::check_as(req.headers, msg, id),
-            None => validate::check(req.headers, msg),
-        };
-        let checked = match valid {
+        let checked = match validate::check(req.headers, &msg) {
             Ok(Body::Notification) => return empty(StatusCode::ACCEPTED),
             Ok(Body::Request(c)) => c,
             Err(r) => return respond::rejected(r),
         };
-        if let (Some(candidate), Some(template)) = (candidate, &template) {
-            self.0.memo.keep(candidate, template);
-        }
         crate::telemetry::record_method(checked.method);
         crate::telemetry::continue_trace(checked.meta, traced);
         if super::progress::wanted(checked.method, checked.meta) {

@@ -34,28 +34,16 @@ fn reject(id: Option<&RequestId>, error: DownstreamError) -> Rejected {
 
 /// Validates one POST body against its headers.
 pub fn check<'a>(headers: Headers<'_>, msg: &'a Incoming<'a>) -> Result<Body<'a>, Rejected> {
-    check_with(Some(headers), msg, None)
-}
-
-/// Validates one POST body against its headers, as [`check`] does, where the body is `msg`'s
-/// text with its id's JSON text replaced by `id`'s (see `super::memo`): every rule is applied
-/// to `msg` as it is to a fresh parse, and the request, its errors included, carries `id`.
-pub fn check_as<'a>(headers: Headers<'_>, msg: &'a Incoming<'a>, id: &RequestId) -> Result<Body<'a>, Rejected> {
-    check_with(Some(headers), msg, Some(id))
+    check_with(Some(headers), msg)
 }
 
 /// Validates one message of a transport without headers (stdio): everything but the
 /// mirrored headers.
 pub fn check_body<'a>(msg: &'a Incoming<'a>) -> Result<Body<'a>, Rejected> {
-    check_with(None, msg, None)
+    check_with(None, msg)
 }
 
-/// `id`: the request's own, when it is not `msg`'s.
-fn check_with<'a>(
-    headers: Option<Headers<'_>>,
-    msg: &'a Incoming<'a>,
-    id: Option<&RequestId>,
-) -> Result<Body<'a>, Rejected> {
+fn check_with<'a>(headers: Option<Headers<'_>>, msg: &'a Incoming<'a>) -> Result<Body<'a>, Rejected> {
     let id = match msg.kind {
         Kind::Notification => return Ok(Body::Notification),
         Kind::Response => {
@@ -64,7 +52,7 @@ fn check_with<'a>(
                 DownstreamError::InvalidRequest("clients do not send responses".into()),
             ));
         }
-        Kind::Request => id.or(msg.id.as_ref()).expect("requests have ids"),
+        Kind::Request => msg.id.as_ref().expect("requests have ids"),
     };
     let method = msg.method();
     let missing = |what: &str| reject(Some(id), DownstreamError::MissingMeta(format!("missing required `{what}`")));

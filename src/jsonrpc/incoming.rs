@@ -43,28 +43,6 @@ impl RequestId {
         ok.then(|| Self::of(text))
     }
 
-    /// `token` as an id, when it is one complete JSON value whatever text surrounds it, in a
-    /// strict subset of what [`Self::from_raw`] takes: an integer without a leading zero (an
-    /// optional `-`), or a string of printable ASCII without `"` or `\` (no escapes).
-    pub fn from_plain_token(token: &[u8]) -> Option<Self> {
-        let ok = match token {
-            [b'"', inner @ .., b'"'] => inner.iter().all(|&b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\'),
-            [b'-', digits @ ..] | digits => match digits {
-                [b'0'] => true,
-                [b'1'..=b'9', rest @ ..] => rest.iter().all(u8::is_ascii_digit),
-                _ => false,
-            },
-        };
-        if !ok {
-            return None;
-        }
-        // ASCII, checked just above: in place, or as text when it is too long for that.
-        Some(Self(
-            Inline::of(&[token])
-                .map_or_else(|| IdText::Shared(Arc::from(std::str::from_utf8(token).expect("ASCII"))), IdText::Inline),
-        ))
-    }
-
     /// An integer id.
     pub fn number(n: u64) -> Self {
         Self::of(itoa::Buffer::new().format(n))
@@ -139,8 +117,6 @@ pub struct Incoming<'a> {
     pub error: Option<RawJson<'a>>,
     params_object: Option<Result<RawObject<'a>, JsonError>>,
     meta_object: Option<Result<RawObject<'a>, JsonError>>,
-    /// Where the id's JSON text is in the input, when there is one.
-    id_span: Option<std::ops::Range<usize>>,
 }
 
 /// Why a message could not be decoded, with the JSON-RPC code it maps to.
@@ -205,11 +181,6 @@ impl<'a> Incoming<'a> {
             // Well-formed JSON of the wrong shape (wrong field types, a field twice).
             return Err(MessageError::Invalid { reason, id: None });
         }
-        // The reader hands out slices of `text`, so the id's place is its offset in it.
-        let id_span = env.id.map(|raw| {
-            let start = raw.get().as_ptr() as usize - text.as_ptr() as usize;
-            start..start + raw.get().len()
-        });
         let id = match env.id {
             None => None,
             // An error answering a request whose id could not be read carries `"id": null`.
@@ -247,14 +218,7 @@ impl<'a> Incoming<'a> {
             error: env.error,
             params_object: env.params_object,
             meta_object: env.meta_object,
-            id_span,
         })
-    }
-
-    /// Where the id's JSON text is in the text this message was decoded from (`None`
-    /// without an id).
-    pub fn id_span(&self) -> Option<std::ops::Range<usize>> {
-        self.id_span.clone()
     }
 
     /// `params` as an object, read in the same pass as the envelope: `None` without params,
@@ -278,34 +242,6 @@ impl<'a> Incoming<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    proptest::proptest! {
-        /// What `from_plain_token` takes is one whole JSON string or number on its own, read
-        /// back as sent, and an id `from_raw` takes too.
-        #[test]
-        fn a_plain_token_is_one_whole_json_id(token in proptest::collection::vec(proptest::sample::select(
-            b"0123456789-\"\\a .e\x7f\x1f\xc3\xa9:,}".to_vec()), 0..8)) {
-            if let Some(id) = RequestId::from_plain_token(&token) {
-                let value: serde_json::Value = serde_json::from_slice(&token).expect("one whole JSON value");
-                proptest::prop_assert!(value.is_string() || value.is_number());
-                proptest::prop_assert_eq!(id.as_json().as_bytes(), &token[..]);
-                let raw = RequestId::from_raw(RawJson::checked(id.as_json()));
-                proptest::prop_assert_eq!(raw.as_ref().map(RequestId::as_json), Some(id.as_json()));
-            }
-        }
-    }
-
-    #[test]
-    fn plain_tokens_are_a_strict_subset() {
-        for ok in ["0", "-0", "7", "-12", "12345678901234567890123456", "\"\"", "\"a b~\""] {
-            assert!(RequestId::from_plain_token(ok.as_bytes()).is_some(), "{ok}");
-        }
-        for no in
-            ["", "-", "01", "1.5", "1e3", "+1", "null", "\"", "\"a\\\"b\"", "\"\\n\"", "\"\u{e9}\"", "\"\t\"", " 1"]
-        {
-            assert!(RequestId::from_plain_token(no.as_bytes()).is_none(), "{no}");
-        }
-    }
 
     #[test]
     fn request_notification_response() {
