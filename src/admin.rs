@@ -185,6 +185,10 @@ impl Admin {
                     "listens_opened": self.0.hub.upstream_listens_opened(i),
                     "listening": self.0.hub.upstream_listening(i),
                     "watched_uris": cache.watches().len(i),
+                    "trust_public": u.config().trust_public.as_str(),
+                    "public_shared": u.config().public_policy().shares(),
+                    "cache_policy": u.config().public_policy().describe(),
+                    "max_ttl_ms": u.config().max_ttl.map(|t| t.as_millis() as u64),
                 })
             })
             .collect();

@@ -132,6 +132,11 @@ impl Cache {
         }
     }
 
+    /// The upper clamp of every upstream's `ttlMs` (`[cache] max_ttl`).
+    pub fn max_ttl(&self) -> Duration {
+        self.0.config.max_ttl
+    }
+
     /// The TTL to store for an upstream `ttl_ms`: clamped to `[min_ttl, max_ttl]`; 0 stays 0
     /// (not cached).
     pub fn clamp_ttl(&self, ttl_ms: u64) -> Duration {

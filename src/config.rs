@@ -30,7 +30,7 @@ pub use proxy::{LogConfig, LogFormat, ProxyConfig, TelemetryConfig};
 pub use reload::ReloadConfig;
 pub use upstream::{
     CacheScopeDefault, ClientAuth, Credential, DEFAULT_MAX_CACHED_TOKENS, OAuthClient, OnError, ProxyRequests,
-    SecretError, SecretSource, Transport, UpstreamConfig,
+    PublicPolicy, SecretError, SecretSource, Transport, TrustPublic, UpstreamConfig,
 };
 
 /// The whole configuration file.

@@ -110,6 +110,13 @@ pub struct ListenConfig {
     /// Requests one principal may send in a burst above `requests_per_second` (the bucket
     /// size); 0 = twice `requests_per_second`. Default 0.
     pub request_burst: u32,
+    /// Whether the per-address limits (`max_connections_per_ip`, and `requests_per_second`
+    /// for anonymous callers) apply to loopback peers too. Default false: a process on the
+    /// same host (a sidecar's app, a load generator) is one address however much it sends,
+    /// and the host that runs it already governs it. Authenticated callers keep their
+    /// per-principal rate wherever they connect from. Set true when untrusted callers reach
+    /// resmux through something on the same host that does not authenticate them.
+    pub limit_loopback: bool,
     /// Deepest JSON nesting (arrays and objects) accepted in a request body, on HTTP and on
     /// stdio; a deeper body gets `400`, `-32700` before it is parsed. At most 128 (the JSON
     /// parser's own recursion limit). Default 64: MCP messages nest a handful of levels, tool
@@ -153,6 +160,7 @@ impl Default for ListenConfig {
             legacy_session_idle: Duration::from_secs(30 * 60),
             max_legacy_sessions_per_principal: 64,
             requests_per_second: 1000,
+            limit_loopback: false,
             request_burst: 0,
             max_json_depth: crate::jsonrpc::DEFAULT_MAX_DEPTH,
             tls: None,

@@ -69,6 +69,15 @@ pub struct UpstreamConfig {
     /// Scope assumed when a result carries no `cacheScope`. Default `private`.
     #[serde(default)]
     pub default_scope: CacheScopeDefault,
+    /// Whether this upstream's `cacheScope: "public"` (or `default_scope = "public"`) is
+    /// believed, so that its answer is shared with every caller (see [`TrustPublic`]). Default
+    /// `"auto"`: only where the upstream cannot tell callers apart.
+    #[serde(default)]
+    pub trust_public: TrustPublic,
+    /// Upper clamp for this upstream's `ttlMs`, below `[cache] max_ttl`: what is stored and
+    /// the `ttlMs` clients are told. Default: none (`[cache] max_ttl` alone).
+    #[serde(default, with = "humantime_serde")]
+    pub max_ttl: Option<Duration>,
     /// Whether this upstream's results may be cached. Default true.
     #[serde(default = "yes")]
     pub cache: bool,
@@ -142,6 +151,8 @@ impl UpstreamConfig {
             max_relay_bytes: default_max_relay(),
             default_ttl: Duration::ZERO,
             default_scope: CacheScopeDefault::default(),
+            trust_public: TrustPublic::default(),
+            max_ttl: None,
             cache: true,
             protocol: default_protocol(),
             restart_backoff_max: default_restart_max(),
@@ -149,6 +160,16 @@ impl UpstreamConfig {
             tls_client_cert: None,
             tls_client_key: None,
             allow: Vec::new(),
+        }
+    }
+
+    /// Whether a `public` answer of this upstream is shared between callers, and why.
+    pub fn public_policy(&self) -> PublicPolicy {
+        match self.trust_public {
+            TrustPublic::Always => PublicPolicy::Trusted,
+            TrustPublic::Never => PublicPolicy::Refused,
+            TrustPublic::Auto if self.credential.is_per_caller() => PublicPolicy::PerCaller,
+            TrustPublic::Auto => PublicPolicy::Trusted,
         }
     }
 
@@ -183,6 +204,79 @@ pub enum CacheScopeDefault {
     Public,
 }
 
+/// Whether an upstream's `cacheScope: "public"` is believed (DESIGN §4). `public` is a claim,
+/// not a fact: several SDKs stamp it on every result by default, so an upstream that knows
+/// the caller may well call a per-user answer public. Spelt `"auto"`, `true` or `false`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TrustPublic {
+    /// Believed only where the upstream request carries nothing that identifies the caller
+    /// (a static credential, client credentials, or none); behind a per-caller credential
+    /// (`token_exchange`) a `public` answer is kept in the caller's partition.
+    #[default]
+    Auto,
+    /// Always believed: the operator vouches that the upstream's `public` is true.
+    Always,
+    /// Never believed: every answer is kept per caller.
+    Never,
+}
+
+impl<'de> Deserialize<'de> for TrustPublic {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Spelt {
+            Flag(bool),
+            Word(String),
+        }
+        match Spelt::deserialize(d)? {
+            Spelt::Flag(true) => Ok(TrustPublic::Always),
+            Spelt::Flag(false) => Ok(TrustPublic::Never),
+            Spelt::Word(w) if w == "auto" => Ok(TrustPublic::Auto),
+            Spelt::Word(w) => {
+                Err(serde::de::Error::custom(format!("trust_public is \"auto\", true or false, not \"{w}\"")))
+            }
+        }
+    }
+}
+
+impl TrustPublic {
+    /// As the config spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrustPublic::Auto => "auto",
+            TrustPublic::Always => "true",
+            TrustPublic::Never => "false",
+        }
+    }
+}
+
+/// What [`TrustPublic`] comes to for one upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublicPolicy {
+    /// `public` answers are shared.
+    Trusted,
+    /// `auto` behind a per-caller credential: `public` answers are kept per caller.
+    PerCaller,
+    /// `trust_public = false`: `public` answers are kept per caller.
+    Refused,
+}
+
+impl PublicPolicy {
+    /// Whether a `public` answer may be shared between callers.
+    pub fn shares(self) -> bool {
+        self == PublicPolicy::Trusted
+    }
+
+    /// A short reason, for the admin page and logs.
+    pub fn describe(self) -> &'static str {
+        match self {
+            PublicPolicy::Trusted => "public answers shared",
+            PublicPolicy::PerCaller => "public kept per caller (per-caller credential)",
+            PublicPolicy::Refused => "public kept per caller (trust_public = false)",
+        }
+    }
+}
+
 /// How the proxy authenticates to one upstream (DESIGN §6). Whatever the kind, the downstream
 /// caller's own `Authorization` header and cookies never reach the upstream.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
@@ -208,6 +302,15 @@ impl Default for Credential {
 }
 
 impl Credential {
+    /// Whether the upstream request carries something that identifies the caller, so that
+    /// the upstream can answer each caller differently.
+    pub fn is_per_caller(&self) -> bool {
+        match self {
+            Credential::Static {} | Credential::ClientCredentials(_) => false,
+            Credential::TokenExchange(_) => true,
+        }
+    }
+
     /// The OAuth client settings, for the OAuth kinds.
     pub fn oauth(&self) -> Option<&OAuthClient> {
         match self {

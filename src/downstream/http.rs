@@ -84,7 +84,7 @@ impl Endpoint {
             path: listen.path.clone(),
             max_body: listen.max_body_bytes,
             body_timeout: listen.body_timeout,
-            rate: RateLimit::new(listen.requests_per_second, listen.request_burst),
+            rate: RateLimit::new(listen.requests_per_second, listen.request_burst, listen.limit_loopback),
             max_depth: listen.max_json_depth,
             policy: OriginPolicy::new(&listen.allowed_origins, &listen.allowed_hosts, listen.addr),
         }))

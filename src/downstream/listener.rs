@@ -67,6 +67,8 @@ pub struct Limits {
     pub max_connections: usize,
     /// 0 = unlimited.
     pub max_connections_per_ip: usize,
+    /// Whether loopback peers count toward `max_connections_per_ip`.
+    pub limit_loopback: bool,
     pub header_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_header_bytes: usize,
@@ -84,6 +86,7 @@ impl From<&ListenConfig> for Limits {
         Self {
             max_connections: c.max_connections,
             max_connections_per_ip: c.max_connections_per_ip,
+            limit_loopback: c.limit_loopback,
             header_timeout: c.header_timeout,
             idle_timeout: c.idle_timeout,
             max_header_bytes: c.max_header_bytes,
@@ -123,7 +126,7 @@ pub async fn serve(
     // further connections) instead of failing them. Idle connections give theirs back after
     // `idle_timeout`, so a crowd of silent sockets cannot hold the bound forever.
     let permits = Arc::new(Semaphore::new(limits.max_connections));
-    let per_ip = Arc::new(PerIp::new(limits.max_connections_per_ip));
+    let per_ip = Arc::new(PerIp::new(limits.max_connections_per_ip, limits.limit_loopback));
     let lingering = Arc::new(Semaphore::new(MAX_LINGERING));
     let refusal = refusal();
     // hyper rejects a buffer under 8192 bytes; config validation enforces that minimum.

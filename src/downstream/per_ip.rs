@@ -9,6 +9,9 @@ use std::sync::{Arc, Mutex};
 /// one host is normally given, so that one host cannot take a fresh address per connection.
 pub(super) struct PerIp {
     limit: usize,
+    /// Whether loopback peers count too (`[listen] limit_loopback`); by default a process on
+    /// the same host (a sidecar's app, a load generator) is not held to a per-address bound.
+    loopback: bool,
     counts: Mutex<HashMap<IpAddr, usize>>,
 }
 
@@ -16,13 +19,13 @@ pub(super) struct PerIp {
 pub(super) struct IpSlot(Option<(Arc<PerIp>, IpAddr)>);
 
 impl PerIp {
-    pub(super) fn new(limit: usize) -> Self {
-        Self { limit, counts: Mutex::new(HashMap::new()) }
+    pub(super) fn new(limit: usize, loopback: bool) -> Self {
+        Self { limit, loopback, counts: Mutex::new(HashMap::new()) }
     }
 
     /// A place for one more connection from `ip`, or `None` at the limit.
     pub(super) fn take(self: &Arc<Self>, ip: IpAddr) -> Option<IpSlot> {
-        if self.limit == 0 {
+        if self.limit == 0 || (!self.loopback && ip.to_canonical().is_loopback()) {
             return Some(IpSlot(None));
         }
         let key = ip_key(ip);
@@ -64,7 +67,7 @@ mod tests {
 
     #[test]
     fn per_ip_counts_are_bounded_and_removed_at_zero() {
-        let t = Arc::new(PerIp::new(2));
+        let t = Arc::new(PerIp::new(2, false));
         let a: IpAddr = "10.0.0.1".parse().unwrap();
         let (s1, s2) = (t.take(a).unwrap(), t.take(a).unwrap());
         assert!(t.take(a).is_none());
@@ -77,7 +80,7 @@ mod tests {
 
     #[test]
     fn ipv6_peers_share_their_64_and_mapped_v4_is_v4() {
-        let t = Arc::new(PerIp::new(1));
+        let t = Arc::new(PerIp::new(1, false));
         let _a = t.take("2001:db8::1".parse().unwrap()).unwrap();
         assert!(t.take("2001:db8::2".parse().unwrap()).is_none());
         assert!(t.take("2001:db8:0:1::1".parse().unwrap()).is_some());
@@ -86,8 +89,22 @@ mod tests {
     }
 
     #[test]
+    fn loopback_peers_are_counted_only_when_configured() {
+        let exempt = Arc::new(PerIp::new(1, false));
+        let slots: Vec<_> = ["127.0.0.1", "127.0.0.1", "::1", "::1", "::ffff:127.0.0.1"]
+            .iter()
+            .map(|ip| exempt.take(ip.parse().unwrap()).expect("loopback is exempt by default"))
+            .collect();
+        assert!(exempt.counts.lock().unwrap().is_empty());
+        let counted = Arc::new(PerIp::new(1, true));
+        let _a = counted.take("127.0.0.1".parse().unwrap()).unwrap();
+        assert!(counted.take("127.0.0.1".parse().unwrap()).is_none(), "limit_loopback = true counts it");
+        drop(slots);
+    }
+
+    #[test]
     fn unlimited_tracks_nothing() {
-        let t = Arc::new(PerIp::new(0));
+        let t = Arc::new(PerIp::new(0, false));
         let slots: Vec<_> = (0..10).map(|_| t.take("10.0.0.1".parse().unwrap()).unwrap()).collect();
         assert!(t.counts.lock().unwrap().is_empty());
         drop(slots);

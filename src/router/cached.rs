@@ -157,10 +157,17 @@ impl Routing {
     {
         let upstream = &self.by_slot(key.upstream);
         let principal = &principal;
-        // One flight per key for everyone first (a public answer is shared by all callers).
-        let flight = key.clone().in_partition(Partition::Public);
-        let (mut outcome, mut led) =
-            self.0.shared.flights.run(flight, || self.lead(&key, uri, principal, &fetch)).await;
+        // One flight per key for everyone first (a public answer is shared by all callers),
+        // where a public answer can be shared at all; behind a per-caller credential each
+        // caller's fetch is its own (the upstream may answer each differently).
+        let shares = upstream.config().public_policy().shares();
+        let first = if shares { Partition::Public } else { Partition::Private(principal.clone()) };
+        let (mut outcome, mut led) = self
+            .0
+            .shared
+            .flights
+            .run(key.clone().in_partition(first), || self.lead(&key, uri, principal, &fetch))
+            .await;
         // A private outcome belongs to the leader's owner alone: fetch our own.
         if let Ok(shared) = &outcome
             && !shared.served.public

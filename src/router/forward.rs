@@ -97,8 +97,17 @@ impl Routing {
             |reason: String| Error::from(UpstreamError::new(upstream.name(), UpstreamErrorKind::Protocol { reason }));
         let text = std::str::from_utf8(&body).map_err(|e| malformed(e.to_string()))?;
         let mut obj = RawObject::parse_str(text).map_err(|e| malformed(format!("read result: {e}")))?;
-        let rewritten = rewrite::read_object(&mut obj, &self.0.ns, index).map_err(|e| malformed(e.to_string()))?;
-        let hints = Hints::of(&obj, upstream.config());
+        let mut rewritten = rewrite::read_object(&mut obj, &self.0.ns, index).map_err(|e| malformed(e.to_string()))?;
+        let judged = Hints::of(&obj, upstream.config(), self.0.cache.max_ttl());
+        judged.count(upstream.meter());
+        let hints = judged.hints;
+        // The client is told what the proxy honours: the scope it keeps the answer in, and
+        // the TTL it lowered (a client's own cache must not keep it longer either).
+        if judged.changed() {
+            obj.set_u64("ttlMs", hints.ttl_ms);
+            obj.set_string("cacheScope", hints.scope());
+            rewritten = true;
+        }
         // Only complete results are cacheable; `input_required` (MRTR) never is.
         let complete = obj.get_str("resultType").is_none_or(|t| t == "complete");
         let stored = complete.then(|| Stored::result_of(&obj));

@@ -19,6 +19,7 @@ use crate::config::OnError;
 use crate::error::{DownstreamError, Error, UpstreamError, UpstreamErrorKind};
 use crate::jsonrpc::{RawObject, RpcError, raw_str, write_json_string};
 use crate::mcp::{self, List};
+use crate::telemetry::metrics::NarrowReason;
 use crate::upstream::Reply;
 
 /// The identity field of each item of `list`, and how it is namespaced.
@@ -111,7 +112,13 @@ impl Routing {
                         }
                         items.extend_from_slice(&page_items);
                     }
-                    let public = self.scope_memo(*index, kind, public, ttl_ms);
+                    let mut public = self.scope_memo(*index, kind, public, ttl_ms);
+                    // Narrowed by the caller's rules, the page is no longer the same document
+                    // for everyone.
+                    if public && self.restricted(*index) {
+                        upstream.meter().scope_narrowed(NarrowReason::Filtered);
+                        public = false;
+                    }
                     let page_hints = Hints { ttl_ms, public };
                     hints = Some(hints.map_or(page_hints, |h| h.combine(page_hints)));
                     status = Some(status.map_or(s, |prev| combine_status(prev, s)));
@@ -143,7 +150,11 @@ impl Routing {
             self.0.metrics.list_skip(upstream.name());
         }
         // A page no upstream contributed to is not worth caching downstream either.
-        let hints = hints.unwrap_or(Hints { ttl_ms: 0, public: false });
+        let mut hints = hints.unwrap_or(Hints { ttl_ms: 0, public: false });
+        // A next cursor is bound to its principal: another caller could not follow it.
+        if !next.is_empty() && call.principal.identity().is_some() {
+            hints.public = false;
+        }
         Ok(Answer {
             outcome: Ok(self
                 .page_result(
@@ -206,7 +217,9 @@ impl Routing {
             Some(raw) if raw.get() == "null" => None,
             Some(raw) => Some(raw_str(raw).ok_or_else(|| malformed("nextCursor is not a string".into()))?.into()),
         };
-        let hints = Hints::of(&page, upstream.config());
+        let judged = Hints::of(&page, upstream.config(), self.0.cache.max_ttl());
+        judged.count(upstream.meter());
+        let hints = judged.hints;
         let items = Bytes::from(items);
         let complete = page.get_str("resultType").is_none_or(|t| t == "complete");
         let stored = complete.then(|| Stored::Page { items: items.clone(), next: next.clone(), public: hints.public });

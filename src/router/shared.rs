@@ -50,6 +50,11 @@ impl Routing {
         loop {
             let Ok(probe) = cluster.probe(&shared).await else { return alone().await };
             if let Some(value) = probe.fresh {
+                // A public value this replica would not have shared (a replica with another
+                // trust_public put it there) is not taken: the caller gets its own answer.
+                if value.public && !self.by_slot(key.upstream).config().public_policy().shares() {
+                    return alone().await;
+                }
                 return Ok(FromShared::Adopted(value));
             }
             if !probe.locked {

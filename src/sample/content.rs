@@ -43,6 +43,10 @@ pub struct SampleSpec {
     /// `input_required` until retried with an accepted answer, and a `sample_me` tool that
     /// needs the client's `sampling` capability (-32021 with HTTP 400 otherwise).
     pub interop: bool,
+    /// Whether `…://me` (whose content names the caller) is called `public`, as an upstream
+    /// that stamps every result public by default does: the case a shared cache must not
+    /// believe when the upstream can tell callers apart.
+    pub me_public: bool,
 }
 
 impl SampleSpec {
@@ -61,6 +65,7 @@ impl SampleSpec {
             crashable: false,
             legacy: false,
             interop: false,
+            me_public: false,
         }
     }
 

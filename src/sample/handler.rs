@@ -265,14 +265,15 @@ impl Sample {
             return Handled::Error(RpcError::new(code::INVALID_PARAMS, "missing uri"));
         };
         if uri == self.0.spec.uri("me") {
-            // Private and different on every fetch: who asked (as the client named itself)
-            // and a fetch number, so tests can tell whose content a response carries.
+            // Different on every fetch: who asked (as the client named itself) and a fetch
+            // number, so tests can tell whose content a response carries. Private unless the
+            // spec has it (wrongly) called public.
             let n = self.0.private_reads.fetch_add(1, Ordering::Relaxed) + 1;
             let text = format!("read {n} for {}", client_name(params));
             return Handled::Result(self.finish_scoped(
                 json!({"contents": [{"uri": uri, "mimeType": "text/plain", "text": text}]}),
                 true,
-                false,
+                self.0.spec.me_public,
             ));
         }
         if uri == self.0.spec.uri("secret") {

@@ -18,7 +18,7 @@ mod relay;
 
 pub use labels::Rejection;
 use labels::*;
-pub use meter::UpstreamMeter;
+pub use meter::{NarrowReason, UpstreamMeter};
 pub use relay::RelayMeter;
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -53,6 +53,8 @@ struct Inner {
     cache_stale: Family<Scoped, Counter>,
     cache_evictions: Family<Scoped, Counter>,
     cache_upstream_bytes: Family<Scoped, Gauge>,
+    scope_narrowed: Family<Narrowed, Counter>,
+    ttl_clamped: Family<Named, Counter>,
     flight_joins: Family<Named, Counter>,
     delivery_seconds: Histogram,
     upstream_healthy: Family<Named, Gauge>,
@@ -143,6 +145,8 @@ impl Metrics {
             cache_stale: Family::default(),
             cache_evictions: Family::default(),
             cache_upstream_bytes: Family::default(),
+            scope_narrowed: Family::default(),
+            ttl_clamped: Family::default(),
             flight_joins: Family::default(),
             delivery_seconds: delivery(),
             upstream_healthy: Family::default(),
@@ -205,6 +209,17 @@ impl Metrics {
         );
         r.register("cache_upstream_bytes", "Cached bytes, by upstream and scope", inner.cache_upstream_bytes.clone());
         r.register(
+            "cache_scope_narrowed",
+            "Answers an upstream called public that were kept per caller, by upstream and reason \
+             (untrusted: trust_public; filtered: narrowed by [[upstream.allow]])",
+            inner.scope_narrowed.clone(),
+        );
+        r.register(
+            "cache_ttl_clamped",
+            "Answers whose ttlMs was lowered to max_ttl (the upstream's or [cache]'s), by upstream",
+            inner.ttl_clamped.clone(),
+        );
+        r.register(
             "cache_flight_joins",
             "Cache misses that joined a fetch already in flight (single-flight), by upstream",
             inner.flight_joins.clone(),
@@ -237,6 +252,9 @@ impl Metrics {
             misses: scoped(&i.cache_misses),
             stale: scoped(&i.cache_stale),
             joins: i.flight_joins.get_or_create_owned(&Named { upstream: name.to_owned() }),
+            narrowed: NARROW_REASONS
+                .map(|reason| i.scope_narrowed.get_or_create_owned(&Narrowed { upstream: name.to_owned(), reason })),
+            clamped: i.ttl_clamped.get_or_create_owned(&Named { upstream: name.to_owned() }),
             seconds: (0..=KNOWN.len())
                 .map(|m| {
                     i.upstream_seconds

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 
 use crate::support::*;
@@ -30,6 +31,7 @@ async fn a_principal_over_its_rate_gets_429_with_retry_after_and_others_do_not()
     api_keys(&mut cfg, &["alice", "bob"]);
     cfg.listen.requests_per_second = 1;
     cfg.listen.request_burst = 2;
+    cfg.listen.limit_loopback = true;
     cfg.listen.metrics_path = "/metrics".into();
     let p = Proxy::start(cfg).await;
     let alice = p.client.as_principal("alice");
@@ -214,4 +216,43 @@ async fn the_depth_cap_is_configurable() {
     // {params:{_meta:{clientInfo:{…}}}} is four levels deep.
     let ex = p.client.request("server/discover", json!({})).await;
     assert_eq!((ex.status.as_u16(), ex.error_code()), (400, -32700), "{}", body(&ex));
+}
+
+/// The shipped defaults, tried as a sidecar's app or a local load generator does: more
+/// connections than `max_connections_per_ip` and more requests than a per-address burst, all
+/// from loopback, and none answered 429 (a per-address refusal would close connections under
+/// the client, failing the test). The same requests with `limit_loopback = true` (at a rate
+/// this debug build can outrun, and the per-address connection cap off, whose refusal is
+/// covered in `limits.rs`) are rate-limited, so the exemption is what lets them through.
+#[tokio::test]
+async fn the_shipped_defaults_never_answer_a_loopback_load_429() {
+    let up = sample_http(SampleSpec::generated("docs", 2)).await;
+    let (defaults, limited) = (config(vec![UpstreamConfig::http("docs", &up.url())]), {
+        let mut c = config(vec![UpstreamConfig::http("docs", &up.url())]);
+        c.listen.limit_loopback = true;
+        c.listen.max_connections_per_ip = 0;
+        c.listen.requests_per_second = 100;
+        c
+    });
+    assert!(defaults.listen.requests_per_second > 0 && defaults.listen.max_connections_per_ip > 0);
+    let over_burst = 2 * defaults.listen.requests_per_second as usize + 500;
+    let connections = defaults.listen.max_connections_per_ip + 44;
+    for (cfg, expect_limited) in [(defaults, false), (limited, true)] {
+        let p = Proxy::start(cfg).await;
+        // The client's pool opens a connection per request in flight: `connections` at once.
+        let client = &p.client;
+        let statuses: Vec<u16> = futures_util::stream::iter(0..over_burst)
+            .map(|_| async move { client.request("server/discover", json!({})).await.status.as_u16() })
+            .buffer_unordered(connections)
+            .collect()
+            .await;
+        let refused = statuses.iter().filter(|s| **s == 429).count();
+        let other: Vec<_> = statuses.iter().filter(|s| **s != 200 && **s != 429).collect();
+        assert!(other.is_empty(), "only 200 or 429: {other:?}");
+        if expect_limited {
+            assert!(refused > 0, "limit_loopback = true limits a loopback load");
+        } else {
+            assert_eq!(refused, 0, "{refused} of {over_burst} answered 429 with the shipped defaults");
+        }
+    }
 }

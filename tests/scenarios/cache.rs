@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use proptest::prelude::*;
 use serde_json::json;
 
 use crate::support::*;
@@ -82,46 +81,6 @@ async fn private_entries_stay_with_their_principal() {
     // No credential is a principal of its own, too.
     let anon = p.client.request("resources/read", read("docs://me")).await;
     assert_eq!(anon.cache(), "miss");
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
-
-    /// Any interleaving (sequential and concurrent batches) of principals reading private and
-    /// public resources: a principal only ever receives private content fetched for itself.
-    /// The principals are API-key principals (`keyed`), or, with auth off, anonymous callers
-    /// told apart only by their `_meta.clientInfo`.
-    #[test]
-    fn no_principal_ever_sees_another_principals_private_content(
-        batches in prop::collection::vec(prop::collection::vec((0usize..3, 0usize..3), 1..6), 1..6),
-        keyed in any::<bool>(),
-    ) {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        rt.block_on(async move {
-            let (p, _up) = proxy_with(SampleSpec::generated("docs", 3), |c| {
-                if keyed {
-                    api_keys(c, &["p0", "p1", "p2"]);
-                }
-            })
-            .await;
-            let names = ["p0", "p1", "p2"];
-            for batch in batches {
-                let calls = batch.iter().map(|&(who, what)| {
-                    let client = p.client.as_principal(names[who]);
-                    let uri = if what == 0 { "docs://me".to_owned() } else { format!("docs://item/{what}") };
-                    async move { (who, what, client.request("resources/read", read(&uri)).await) }
-                });
-                for (who, what, ex) in join_all(calls).await {
-                    let text = ex.text();
-                    if what == 0 {
-                        assert!(text.ends_with(&format!("for {}", names[who])), "{} got {text:?}", names[who]);
-                    } else {
-                        assert!(text.starts_with(&format!("item {what}:")));
-                    }
-                }
-            }
-        });
-    }
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@ use resmux::config::{Config, SecretSource, UpstreamConfig};
 use resmux::sample::{SampleHttp, SampleSpec};
 
 /// A `redis-server` of this test's own, on a loopback port.
-struct Redis {
+pub(crate) struct Redis {
     port: u16,
     child: Option<Child>,
     _dir: tempfile::TempDir,
@@ -33,7 +33,7 @@ fn redis_server() -> PathBuf {
 }
 
 impl Redis {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         // The port is chosen by binding :0 and released for redis-server to take; a clash
         // with another process in between makes the start fail loudly, never silently share.
@@ -93,7 +93,7 @@ impl Redis {
 
 const SECRET: &str = "cluster-test-shared-secret-0123456789";
 
-fn replica_config(up: &SampleHttp, redis: &Redis) -> Config {
+pub(crate) fn replica_config(up: &SampleHttp, redis: &Redis) -> Config {
     let mut c = config(vec![UpstreamConfig::http("docs", &up.url())]);
     c.cluster.redis_url = Some(redis.url());
     c.cluster.lease_ttl = Duration::from_millis(900);

@@ -24,12 +24,12 @@ use resmux::sample::{Failure, SampleHttp, SampleSpec};
 
 const CLIENT_ID: &str = "resmux proxy";
 const CLIENT_SECRET: &str = "s3cret:+/";
-const EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+pub(crate) const EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 const ACCESS_TOKEN: &str = "urn:ietf:params:oauth:token-type:access_token";
 
 /// One request the token endpoint received.
 #[derive(Debug, Clone)]
-struct TokenRequest {
+pub(crate) struct TokenRequest {
     authorization: Option<String>,
     content_type: Option<String>,
     form: HashMap<String, String>,
@@ -38,14 +38,14 @@ struct TokenRequest {
 /// A token endpoint on loopback. Client credentials get `cc-{n}`; an exchange of a JWT gets
 /// `exchanged-for-{sub}`. Every token is issued for `expires_in` seconds; a client that does
 /// not authenticate with [`CLIENT_ID`] / [`CLIENT_SECRET`] gets 401 `invalid_client`.
-struct TokenEndpoint {
+pub(crate) struct TokenEndpoint {
     addr: SocketAddr,
     requests: Arc<Mutex<Vec<TokenRequest>>>,
     expires_in: Arc<AtomicU64>,
 }
 
 impl TokenEndpoint {
-    async fn start(auth: ClientAuth) -> Self {
+    pub(crate) async fn start(auth: ClientAuth) -> Self {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let expires_in = Arc::new(AtomicU64::new(3600));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -94,7 +94,7 @@ impl TokenEndpoint {
         self.requests.lock().unwrap().clone()
     }
 
-    fn grants(&self, grant: &str) -> Vec<TokenRequest> {
+    pub(crate) fn grants(&self, grant: &str) -> Vec<TokenRequest> {
         self.requests().into_iter().filter(|r| r.form.get("grant_type").map(String::as_str) == Some(grant)).collect()
     }
 }
@@ -141,7 +141,7 @@ fn jwt_sub(token: &str) -> Option<String> {
     claims["sub"].as_str().map(str::to_owned)
 }
 
-fn oauth(endpoint: &TokenEndpoint, auth: ClientAuth) -> OAuthClient {
+pub(crate) fn oauth(endpoint: &TokenEndpoint, auth: ClientAuth) -> OAuthClient {
     OAuthClient {
         token_url: endpoint.url(),
         client_id: CLIENT_ID.into(),

@@ -222,7 +222,11 @@ async fn a_slow_body_gets_408_and_the_connection_is_closed() {
 
 #[tokio::test]
 async fn connections_over_the_per_ip_cap_get_429_and_a_freed_place_is_reused() {
-    let (p, _up) = proxy_with(|c| c.listen.max_connections_per_ip = 2).await;
+    let (p, _up) = proxy_with(|c| {
+        c.listen.max_connections_per_ip = 2;
+        c.listen.limit_loopback = true;
+    })
+    .await;
     let addr = p.app.local_addr();
     let (mut a, mut b) = (Conn::open(addr).await, Conn::open(addr).await);
     a.discover_ok(addr).await;

@@ -49,6 +49,18 @@ pub(super) struct Scoped {
     pub(super) scope: &'static str,
 }
 
+/// A narrowed cache scope: its upstream, and why the answer was kept per caller.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct Narrowed {
+    pub(super) upstream: String,
+    /// `untrusted` (the upstream's `public` not believed) or `filtered` (the answer was
+    /// narrowed by `[[upstream.allow]]` for its caller).
+    pub(super) reason: &'static str,
+}
+
+/// [`Narrowed`] reasons, indexed by [`super::NarrowReason`].
+pub(super) const NARROW_REASONS: [&str; 2] = ["untrusted", "filtered"];
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct EraLabel {
     pub(super) upstream: String,
