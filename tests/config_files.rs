@@ -26,6 +26,19 @@ fn every_shipped_config_file_is_valid() {
     assert!(seen >= 2);
 }
 
+/// The README's config for the common case is one a newcomer can copy: `resmux check` accepts it.
+#[test]
+fn the_readmes_config_is_valid() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme.find("```toml\n").expect("a toml block in the README") + "```toml\n".len();
+    let block = &readme[start..start + readme[start..].find("```").expect("the block ends")];
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("readme.toml");
+    std::fs::write(&path, block).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_resmux")).args(["check", "-c"]).arg(&path).output().unwrap();
+    assert!(out.status.success(), "{block}\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[test]
 fn check_warns_about_missing_secrets_and_require_secrets_refuses_them() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/resmux.toml");
