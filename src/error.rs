@@ -45,6 +45,16 @@ pub enum DownstreamError {
     InvalidParams(String),
     #[error("Resource not found")]
     ResourceNotFound { uri: String },
+    /// A resource URI (or URI template) that is not one: never sent upstream.
+    #[error("Invalid params: invalid resource URI: {problem}")]
+    InvalidUri {
+        uri: String,
+        #[source]
+        problem: crate::mcp::uri::BadUri,
+    },
+    /// A passthrough URI (`https://`) that several upstreams listed.
+    #[error("Resource URI is ambiguous: more than one upstream lists it")]
+    AmbiguousUri { uri: String },
     #[error("Header mismatch: {0}")]
     HeaderMismatch(String),
     #[error("Unsupported protocol version")]
@@ -202,7 +212,9 @@ impl Error {
                 D::MissingMeta(_) | D::InvalidParams(_) => {
                     (StatusCode::BAD_REQUEST, RpcError::new(code::INVALID_PARAMS, msg))
                 }
-                D::ResourceNotFound { uri } => {
+                // Answered like "resource not found" (HTTP 200), which is what a client
+                // treats them as: the URI names nothing it can read.
+                D::ResourceNotFound { uri } | D::AmbiguousUri { uri } | D::InvalidUri { uri, .. } => {
                     (StatusCode::OK, RpcError::new(code::INVALID_PARAMS, msg).with_data(json!({"uri": uri})))
                 }
                 D::HeaderMismatch(_) => (StatusCode::BAD_REQUEST, RpcError::new(code::HEADER_MISMATCH, msg)),

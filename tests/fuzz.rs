@@ -257,7 +257,13 @@ proptest! {
     fn any_uri_and_name_round_trip(index in prop_oneof![Just(0usize), Just(2usize)], value in "\\PC{0,60}") {
         let ns = namespace();
         let out = ns.uri_out(index, &value);
-        prop_assert_eq!(ns.route_uri(&out), Some(Route::Prefixed(index, value.as_str())));
+        if ns.rules().passes(&value) {
+            // A passthrough URI (`https:`) is never prefixed; none was listed, so it goes to
+            // the unprefixed upstream.
+            prop_assert_eq!(ns.route_uri(&out), Ok(Route::Unprefixed(&[1], value.as_str())));
+        } else {
+            prop_assert_eq!(ns.route_uri(&out), Ok(Route::Prefixed(index, value.as_str())));
+        }
         let out = ns.name_out(index, &value);
         prop_assert_eq!(ns.route_name(&out), Some(Route::Prefixed(index, value.as_str())));
         // The unprefixed upstream passes values through untouched.

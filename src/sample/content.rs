@@ -43,6 +43,10 @@ pub struct SampleSpec {
     /// `input_required` until retried with an accepted answer, and a `sample_me` tool that
     /// needs the client's `sampling` capability (-32021 with HTTP 400 otherwise).
     pub interop: bool,
+    /// Resources the client could fetch from the web itself (`https://…`, as the spec means
+    /// such URIs), listed and read like the others, linked by the `link` tool, with a
+    /// template `{first}/{page}` for completion; tests of passthrough URIs use them.
+    pub web: Vec<String>,
 }
 
 impl SampleSpec {
@@ -61,6 +65,7 @@ impl SampleSpec {
             crashable: false,
             legacy: false,
             interop: false,
+            web: Vec::new(),
         }
     }
 
