@@ -27,4 +27,7 @@ mod stdio;
 mod stdio_downstream;
 mod tls;
 mod ts_v2_client;
+mod uri_checks;
+mod uris;
+mod uris_peers;
 mod wire;
