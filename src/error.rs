@@ -273,6 +273,13 @@ mod tests {
             (DownstreamError::Parse("x".into()).into(), 400, -32700),
             (DownstreamError::MethodNotFound("ping".into()).into(), 404, -32601),
             (DownstreamError::MissingMeta("x".into()).into(), 400, -32602),
+            (DownstreamError::ResourceNotFound { uri: "x:y".into() }.into(), 200, -32602),
+            (DownstreamError::AmbiguousUri { uri: "https://a".into() }.into(), 200, -32602),
+            (
+                DownstreamError::InvalidUri { uri: "x".into(), problem: crate::mcp::uri::BadUri::NoScheme }.into(),
+                200,
+                -32602,
+            ),
             (DownstreamError::HeaderMismatch("x".into()).into(), 400, -32020),
             (DownstreamError::UnsupportedVersion { requested: "1".into(), supported: vec![] }.into(), 400, -32022),
             (DownstreamError::BodyTooLarge { limit: 1 }.into(), 413, -32600),

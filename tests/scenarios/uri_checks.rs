@@ -8,11 +8,11 @@ use serde_json::json;
 use crate::support::*;
 use crate::uris::refused;
 use resmux::config::UpstreamConfig;
-use resmux::sample::SampleSpec;
+use resmux::sample::{SampleHttp, SampleSpec};
 
 /// What the tests below send that could reach an upstream: reads, completions, and upstream
 /// listens for a URI (the proxy's own listen for list changes carries none).
-fn reached(up: &resmux::sample::SampleHttp) -> (u64, u64, bool) {
+fn reached(up: &SampleHttp) -> (u64, u64, bool) {
     let watched = up.sample.active_subscriptions().iter().any(|uris| !uris.is_empty());
     (up.sample.count("resources/read"), up.sample.count("completion/complete"), watched)
 }
@@ -76,14 +76,20 @@ pub async fn completions_are_refused(client: &McpClient, base: &str) {
     }
 }
 
-#[tokio::test]
-async fn every_bad_uri_is_refused_before_any_upstream_sees_it() {
+/// A proxy with `max_uri_bytes` = [`MAX_URI`] in front of two sample upstreams, discovered.
+async fn two() -> (Proxy, SampleHttp, SampleHttp) {
     let a = sample_http(SampleSpec::generated("docs", 2)).await;
     let b = sample_http(SampleSpec::generated("notes", 2)).await;
     let mut cfg = config(vec![UpstreamConfig::http("docs", &a.url()), UpstreamConfig::http("notes", &b.url())]);
     cfg.proxy.max_uri_bytes = MAX_URI;
     let p = Proxy::start(cfg).await;
     discovered(&p.client).await;
+    (p, a, b)
+}
+
+#[tokio::test]
+async fn every_bad_uri_is_refused_before_any_upstream_sees_it() {
+    let (p, a, b) = two().await;
     let before = (reached(&a), reached(&b));
 
     reads_are_refused(&p.client, "docs+docs://item/0").await;
@@ -115,12 +121,7 @@ async fn legacy_session(p: &Proxy) -> Vec<(&'static str, String)> {
 
 #[tokio::test]
 async fn legacy_subscribe_and_unsubscribe_refuse_bad_uris() {
-    let a = sample_http(SampleSpec::generated("docs", 2)).await;
-    let b = sample_http(SampleSpec::generated("notes", 2)).await;
-    let mut cfg = config(vec![UpstreamConfig::http("docs", &a.url()), UpstreamConfig::http("notes", &b.url())]);
-    cfg.proxy.max_uri_bytes = MAX_URI;
-    let p = Proxy::start(cfg).await;
-    discovered(&p.client).await;
+    let (p, a, b) = two().await;
     let headers = legacy_session(&p).await;
     let before = (reached(&a), reached(&b));
     for method in ["resources/subscribe", "resources/unsubscribe"] {
