@@ -17,7 +17,7 @@ use resmux::config::{Config, SecretSource, UpstreamConfig};
 use resmux::sample::{SampleHttp, SampleSpec};
 
 /// A `redis-server` of this test's own, on a loopback port.
-struct Redis {
+pub(crate) struct Redis {
     port: u16,
     child: Option<Child>,
     _dir: tempfile::TempDir,
@@ -33,7 +33,7 @@ fn redis_server() -> PathBuf {
 }
 
 impl Redis {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         // The port is chosen by binding :0 and released for redis-server to take; a clash
         // with another process in between makes the start fail loudly, never silently share.
@@ -66,7 +66,7 @@ impl Redis {
         .await;
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
@@ -91,7 +91,7 @@ impl Redis {
     }
 }
 
-const SECRET: &str = "cluster-test-shared-secret-0123456789";
+pub(crate) const SECRET: &str = "cluster-test-shared-secret-0123456789";
 
 fn replica_config(up: &SampleHttp, redis: &Redis) -> Config {
     let mut c = config(vec![UpstreamConfig::http("docs", &up.url())]);

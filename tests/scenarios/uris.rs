@@ -156,3 +156,28 @@ async fn a_reload_that_removes_the_lister_forgets_its_uris() {
     let ex = t.p.client.request("resources/read", json!({"uri": SHARED_PAGE})).await;
     assert!(ex.text().contains("as docs lists it"), "{}", ex.json());
 }
+
+#[tokio::test]
+async fn a_replica_that_adopts_a_list_page_from_the_shared_tier_routes_its_https_uris() {
+    let redis = crate::cluster::Redis::start().await;
+    let docs = sample_http(web("docs", &[DOCS_PAGE])).await;
+    let notes = sample_http(web("notes", &[NOTES_PAGE])).await;
+    let replica = || {
+        let mut c =
+            config(vec![UpstreamConfig::http("docs", &docs.url()), UpstreamConfig::http("notes", &notes.url())]);
+        c.cluster.redis_url = Some(redis.url());
+        let secret = crate::cluster::SECRET.into();
+        c.proxy.cursor_secret = Some(resmux::config::SecretSource { value: Some(secret), ..Default::default() });
+        Proxy::start(c)
+    };
+    let (a, b) = (replica().await, replica().await);
+    discovered(&a.client).await;
+    discovered(&b.client).await;
+    a.client.list_all("resources/list", "resources").await;
+    let fetched = docs.sample.count("resources/list");
+    let (items, _) = b.client.list_all("resources/list", "resources").await;
+    assert!(items.iter().any(|i| i["uri"] == DOCS_PAGE));
+    assert_eq!(docs.sample.count("resources/list"), fetched, "replica B adopted replica A's pages");
+    let ex = b.client.request("resources/read", json!({"uri": DOCS_PAGE})).await;
+    assert!(ex.text().contains("as docs lists it"), "{}", ex.json());
+}
