@@ -77,6 +77,10 @@ fn rewrites(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let _ = ns.route_uri(&text);
     let _ = ns.route_name(&text);
+    // The URI checks take anything a client sends; the passthrough memory any page's bytes.
+    let _ = ns.check_uri(&text);
+    let _ = ns.check_template(&text);
+    ns.remember_page(0, "uri", data);
     for index in 0..3 {
         let _ = rewrite::content_result(&bytes::Bytes::copy_from_slice(data), &ns, index);
         if let Ok(raw) = resmux::jsonrpc::parse_raw(&text) {
