@@ -45,6 +45,16 @@ pub enum DownstreamError {
     InvalidParams(String),
     #[error("Resource not found")]
     ResourceNotFound { uri: String },
+    /// A resource URI (or URI template) that is not one: never sent upstream.
+    #[error("Invalid params: invalid resource URI: {problem}")]
+    InvalidUri {
+        uri: String,
+        #[source]
+        problem: crate::mcp::uri::BadUri,
+    },
+    /// A passthrough URI (`https://`) that several upstreams listed.
+    #[error("Resource URI is ambiguous: more than one upstream lists it")]
+    AmbiguousUri { uri: String },
     #[error("Header mismatch: {0}")]
     HeaderMismatch(String),
     #[error("Unsupported protocol version")]
@@ -202,7 +212,9 @@ impl Error {
                 D::MissingMeta(_) | D::InvalidParams(_) => {
                     (StatusCode::BAD_REQUEST, RpcError::new(code::INVALID_PARAMS, msg))
                 }
-                D::ResourceNotFound { uri } => {
+                // Answered like "resource not found" (HTTP 200), which is what a client
+                // treats them as: the URI names nothing it can read.
+                D::ResourceNotFound { uri } | D::AmbiguousUri { uri } | D::InvalidUri { uri, .. } => {
                     (StatusCode::OK, RpcError::new(code::INVALID_PARAMS, msg).with_data(json!({"uri": uri})))
                 }
                 D::HeaderMismatch(_) => (StatusCode::BAD_REQUEST, RpcError::new(code::HEADER_MISMATCH, msg)),
@@ -261,6 +273,13 @@ mod tests {
             (DownstreamError::Parse("x".into()).into(), 400, -32700),
             (DownstreamError::MethodNotFound("ping".into()).into(), 404, -32601),
             (DownstreamError::MissingMeta("x".into()).into(), 400, -32602),
+            (DownstreamError::ResourceNotFound { uri: "x:y".into() }.into(), 200, -32602),
+            (DownstreamError::AmbiguousUri { uri: "https://a".into() }.into(), 200, -32602),
+            (
+                DownstreamError::InvalidUri { uri: "x".into(), problem: crate::mcp::uri::BadUri::NoScheme }.into(),
+                200,
+                -32602,
+            ),
             (DownstreamError::HeaderMismatch("x".into()).into(), 400, -32020),
             (DownstreamError::UnsupportedVersion { requested: "1".into(), supported: vec![] }.into(), 400, -32022),
             (DownstreamError::BodyTooLarge { limit: 1 }.into(), 413, -32600),

@@ -283,7 +283,9 @@ impl Hub {
         let mut ack = Filter::default();
         let lineup = self.0.lineup.load_full();
         for uri in &filter.uris {
-            let Some(route) = lineup.ns.route_uri(uri) else { continue };
+            // A passthrough URI no upstream listed, or several did, is left out like one no
+            // upstream can watch.
+            let Ok(route) = lineup.ns.route_uri(uri) else { continue };
             let (candidates, upstream_uri) = route.candidates();
             let mut any = false;
             for &i in candidates {

@@ -6,6 +6,7 @@
 pub mod header_value;
 pub mod list;
 pub mod notify;
+pub mod uri;
 
 pub use list::{Capability, List};
 

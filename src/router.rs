@@ -13,6 +13,7 @@ mod hints;
 mod large;
 mod merge;
 pub mod namespace;
+mod passthrough;
 pub mod rewrite;
 mod shared;
 
@@ -90,7 +91,7 @@ impl Inner {
         let names: Vec<(String, bool)> = upstreams.iter().map(|u| (u.name().to_owned(), u.config().prefix)).collect();
         Self {
             positions: positions(&upstreams),
-            ns: Namespace::new(&names),
+            ns: self.ns.successor(&names),
             upstreams,
             cursors: self.cursors.clone(),
             proxy: self.proxy.clone(),
@@ -127,7 +128,7 @@ impl Router {
             cache,
             shared,
             metrics,
-            ns: Namespace::new(&names),
+            ns: Namespace::with_rules(&names, Arc::new(namespace::UriRules::new(&proxy))),
             positions: positions(&upstreams),
             upstreams,
             cursors,

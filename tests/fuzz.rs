@@ -77,6 +77,10 @@ fn rewrites(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let _ = ns.route_uri(&text);
     let _ = ns.route_name(&text);
+    // The URI checks take anything a client sends; the passthrough memory any page's bytes.
+    let _ = ns.check_uri(&text);
+    let _ = ns.check_template(&text);
+    ns.remember_page(0, "uri", data);
     for index in 0..3 {
         let _ = rewrite::content_result(&bytes::Bytes::copy_from_slice(data), &ns, index);
         if let Ok(raw) = resmux::jsonrpc::parse_raw(&text) {
@@ -257,7 +261,13 @@ proptest! {
     fn any_uri_and_name_round_trip(index in prop_oneof![Just(0usize), Just(2usize)], value in "\\PC{0,60}") {
         let ns = namespace();
         let out = ns.uri_out(index, &value);
-        prop_assert_eq!(ns.route_uri(&out), Some(Route::Prefixed(index, value.as_str())));
+        if ns.rules().passes(&value) {
+            // A passthrough URI (`https:`) is never prefixed; none was listed, so it goes to
+            // the unprefixed upstream.
+            prop_assert_eq!(ns.route_uri(&out), Ok(Route::Unprefixed(&[1], value.as_str())));
+        } else {
+            prop_assert_eq!(ns.route_uri(&out), Ok(Route::Prefixed(index, value.as_str())));
+        }
         let out = ns.name_out(index, &value);
         prop_assert_eq!(ns.route_name(&out), Some(Route::Prefixed(index, value.as_str())));
         // The unprefixed upstream passes values through untouched.

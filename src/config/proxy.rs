@@ -39,6 +39,17 @@ pub struct ProxyConfig {
     /// How long a held call waits for the client's retry before it is abandoned. Default 10 min.
     #[serde(with = "humantime_serde")]
     pub held_call_ttl: Duration,
+    /// URI schemes whose resources the client fetches itself, without any server (the spec's
+    /// `https://`): with several upstreams they are not namespaced, and a read or listen of
+    /// one goes to the upstream that listed it. Case-insensitive. Default `["https"]`.
+    pub passthrough_schemes: Vec<String>,
+    /// Most passthrough URIs (and URI templates) remembered with the upstreams that listed
+    /// them, least recently used forgotten first; a forgotten one is learnt again from the
+    /// next list page fetched from its upstream. Default 10,000.
+    pub max_passthrough_uris: u64,
+    /// Longest resource URI (or URI template) a client may send, in bytes; a longer one is
+    /// answered -32602 without reaching an upstream. Default 8 KiB.
+    pub max_uri_bytes: usize,
 }
 
 impl Default for ProxyConfig {
@@ -52,7 +63,33 @@ impl Default for ProxyConfig {
             max_held_calls: 1024,
             max_held_calls_per_principal: 16,
             held_call_ttl: Duration::from_secs(600),
+            passthrough_schemes: vec!["https".into()],
+            max_passthrough_uris: 10_000,
+            max_uri_bytes: 8 << 10,
         }
+    }
+}
+
+impl ProxyConfig {
+    /// Problems with the URI settings, as `(path, message)`.
+    pub fn uri_problems(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for (i, s) in self.passthrough_schemes.iter().enumerate() {
+            // A scheme is what `mcp::uri::scheme` reads before the `:`.
+            if crate::mcp::uri::scheme(&format!("{s}:")) != Some(s.as_str()) {
+                out.push((
+                    format!("proxy.passthrough_schemes[{i}]"),
+                    format!("`{s}` is not a URI scheme (a letter, then letters, digits, `+`, `-` or `.`)"),
+                ));
+            }
+        }
+        if self.max_passthrough_uris == 0 {
+            out.push(("proxy.max_passthrough_uris".into(), "must be positive".into()));
+        }
+        if !(64..=1 << 20).contains(&self.max_uri_bytes) {
+            out.push(("proxy.max_uri_bytes".into(), "must be between 64 and 1048576".into()));
+        }
+        out
     }
 }
 

@@ -145,6 +145,9 @@ impl Config {
         if self.proxy.cursor_ttl.is_zero() {
             err("proxy.cursor_ttl".into(), "must be positive");
         }
+        for (path, msg) in self.proxy.uri_problems() {
+            err(path, &msg);
+        }
         if let Err(e) = self.admin.socket_addr() {
             err("admin.addr".into(), &format!("not a socket address: {e}"));
         }

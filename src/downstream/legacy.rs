@@ -88,6 +88,7 @@ impl Legacy {
             lm::SUBSCRIBE | lm::UNSUBSCRIBE => {
                 let uri =
                     params.get_str("uri").ok_or_else(|| DownstreamError::InvalidParams("missing `uri`".into()))?;
+                self.hub.lineup().ns.check_uri(&uri)?;
                 if method == lm::SUBSCRIBE {
                     session.subscribe(&self.hub, principal, &uri)?;
                 } else {

@@ -54,6 +54,10 @@ pub(super) fn subscribe(
     let raw = params.get("notifications").ok_or_else(|| bad("missing `notifications` filter".into()))?;
     let value: serde_json::Value = serde_json::from_str(raw.get()).map_err(|e| bad(e.to_string()))?;
     let filter = Filter::from_json(&value).map_err(|e| bad(e.to_string()))?;
+    let ns = &hub.lineup().ns;
+    for uri in &filter.uris {
+        ns.check_uri(uri)?;
+    }
     hub.subscribe(principal, id.clone(), &filter)
 }
 

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use super::cached::{Fetched, Got, Served};
 use super::hints::Hints;
 use super::large::{Began, RelaySlot};
-use super::namespace::Route;
+use super::namespace::{Route, Unrouted};
 use super::rewrite;
 use super::{Answer, CacheStatus, Call, Payload, Routing};
 use crate::auth::policy::Kind;
@@ -27,8 +27,9 @@ enum Target {
 impl Routing {
     pub(super) async fn read(&self, call: &Call<'_>) -> Result<Answer, Error> {
         let uri = required_str(call.params, "uri")?;
+        self.0.ns.check_uri(&uri)?;
         let not_found = || Error::from(DownstreamError::ResourceNotFound { uri: uri.to_string() });
-        let route = self.0.ns.route_uri(&uri).ok_or_else(not_found)?;
+        let route = self.0.ns.route_uri(&uri).map_err(|e| unrouted(e, &uri))?;
         let (candidates, upstream_uri) = route.candidates();
         // A forbidden URI is not found: the same answer, before the cache is consulted. (Not
         // collected: a vector of them was an allocation per read.)
@@ -178,11 +179,16 @@ impl Routing {
         };
         let value = reference.get_str(key).ok_or_else(|| bad("`ref` lacks its name or uri"))?;
         let route = match target {
-            Target::Uri => self.0.ns.route_uri(&value),
-            Target::Name => self.0.ns.route_name(&value),
-        };
-        let Some(route) = route else {
-            return Err(bad(&format!("no upstream serves `{value}`")));
+            Target::Uri => {
+                self.0.ns.check_template(&value)?;
+                self.0.ns.route_uri(&value).map_err(|e| match e {
+                    Unrouted::Ambiguous => unrouted(e, &value),
+                    Unrouted::Unknown => bad(&format!("no upstream serves `{value}`")),
+                })?
+            }
+            Target::Name => {
+                self.0.ns.route_name(&value).ok_or_else(|| bad(&format!("no upstream serves `{value}`")))?
+            }
         };
         let kind = match target {
             Target::Uri => Kind::Uri,
@@ -241,6 +247,16 @@ impl Routing {
             UpstreamError::new(self.0.upstreams[index].name(), UpstreamErrorKind::Protocol { reason }).into()
         })
     }
+}
+
+/// The answer for a resource URI that routes nowhere.
+fn unrouted(e: Unrouted, uri: &str) -> Error {
+    let uri = uri.to_owned();
+    match e {
+        Unrouted::Unknown => DownstreamError::ResourceNotFound { uri },
+        Unrouted::Ambiguous => DownstreamError::AmbiguousUri { uri },
+    }
+    .into()
 }
 
 /// A required string parameter.

@@ -211,6 +211,7 @@ impl Routing {
         if let Some(array) = page.get(kind.items()) {
             rewrite::list_items(array, identity(kind), &self.0.ns, index, &mut items)
                 .map_err(|e| malformed(e.to_string()))?;
+            self.remember_page(index, kind, &items);
         }
         let next: Option<Box<str>> = match page.get("nextCursor") {
             None => None,
@@ -224,6 +225,14 @@ impl Routing {
         let complete = page.get_str("resultType").is_none_or(|t| t == "complete");
         let stored = complete.then(|| Stored::Page { items: items.clone(), next: next.clone(), public: hints.public });
         Ok(Fetched { got: Got::Page { items, next }, stored, public: hints.public, ttl_ms: hints.ttl_ms })
+    }
+
+    /// Notes which passthrough URIs (and templates) upstream `index` listed on a page (its
+    /// items in downstream form), so that a read of one goes there.
+    pub(super) fn remember_page(&self, index: usize, kind: List, items: &[u8]) {
+        if let Field::Uri(key) = identity(kind) {
+            self.0.ns.remember_page(index, key, items);
+        }
     }
 
     /// Upstream indices and cursors for this request.

@@ -10,7 +10,7 @@ use tokio::time::{Instant, sleep};
 
 use super::Routing;
 use super::cached::Fetched;
-use crate::cache::{BaseKey, Owner, Stored};
+use crate::cache::{BaseKey, CachedMethod, Owner, Stored};
 use crate::cluster::{Cluster, SharedKey, SharedValue};
 use crate::error::Error;
 
@@ -55,6 +55,7 @@ impl Routing {
                 if value.public && !self.by_slot(key.upstream).config().public_policy().shares() {
                     return alone().await;
                 }
+                self.remember_adopted(key, &value);
                 return Ok(FromShared::Adopted(value));
             }
             if !probe.locked {
@@ -123,5 +124,20 @@ impl Routing {
         // A Redis failure here leaves the local epochs to guard the local entry.
         let store = cluster.fill(shared, &value, token).await.unwrap_or(true);
         Ok(FromShared::Fetched { fetched, store })
+    }
+}
+
+impl Routing {
+    /// Another replica's list page, adopted: its passthrough URIs are remembered as if it
+    /// had been fetched here.
+    fn remember_adopted(&self, key: &BaseKey, value: &SharedValue) {
+        let kind = match key.method {
+            CachedMethod::ResourcesList => crate::mcp::List::Resources,
+            CachedMethod::TemplatesList => crate::mcp::List::Templates,
+            _ => return,
+        };
+        if let (Stored::Page { items, .. }, Some(index)) = (&value.stored, self.position(key.upstream)) {
+            self.remember_page(index, kind, items);
+        }
     }
 }

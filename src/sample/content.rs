@@ -47,6 +47,10 @@ pub struct SampleSpec {
     /// that stamps every result public by default does: the case a shared cache must not
     /// believe when the upstream can tell callers apart.
     pub me_public: bool,
+    /// Resources the client could fetch from the web itself (`https://…`, as the spec means
+    /// such URIs), listed and read like the others, linked by the `link` tool, with a
+    /// template `{first}/{page}` for completion; tests of passthrough URIs use them.
+    pub web: Vec<String>,
 }
 
 impl SampleSpec {
@@ -66,6 +70,7 @@ impl SampleSpec {
             legacy: false,
             interop: false,
             me_public: false,
+            web: Vec::new(),
         }
     }
 

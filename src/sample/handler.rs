@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 mod interop;
 mod listen;
+mod web;
 
 pub use interop::APPROVE_STATE;
 use interop::{interop_call, interop_tools};
@@ -203,12 +204,14 @@ impl Sample {
             .collect();
         out.push(json!({"uri": self.0.status_uri, "name": "status", "title": "Live status",
                         "description": "Changes periodically", "mimeType": "text/plain"}));
+        out.extend(web::resources(&self.0.spec));
         out
     }
 
     fn templates(&self) -> Vec<Value> {
-        vec![json!({"uriTemplate": format!("{}://{{path}}", self.0.spec.scheme), "name": "by-path",
-                    "title": "Any document by path", "mimeType": "text/plain"})]
+        let own = json!({"uriTemplate": format!("{}://{{path}}", self.0.spec.scheme), "name": "by-path",
+                    "title": "Any document by path", "mimeType": "text/plain"});
+        std::iter::once(own).chain(web::template(&self.0.spec)).collect()
     }
 
     fn tools(&self) -> Vec<Value> {
@@ -257,7 +260,8 @@ impl Sample {
             let v = self.0.status.load(Ordering::Relaxed);
             return Some((format!("status version {v}: all systems nominal"), "text/plain"));
         }
-        self.0.by_uri.get(uri).map(|&i| (self.0.docs[i].text.clone(), self.0.docs[i].mime))
+        let doc = self.0.by_uri.get(uri).map(|&i| (self.0.docs[i].text.clone(), self.0.docs[i].mime));
+        doc.or_else(|| web::text(&self.0.spec, uri))
     }
 
     fn read(&self, params: &RawObject<'_>) -> Handled {
@@ -324,11 +328,7 @@ impl Sample {
                 let Some(first) = self.0.docs.first() else {
                     return Handled::Result(self.finish(json!({"content": [], "isError": true}), false));
                 };
-                let uri = self.0.spec.uri(&first.path);
-                json!({"content": [
-                    {"type": "resource_link", "uri": uri, "name": first.path, "mimeType": first.mime},
-                    {"type": "resource", "resource": {"uri": uri, "mimeType": first.mime, "text": first.text}}
-                ]})
+                web::link_result(&self.0.spec, first)
             }
             Some("crash") if self.0.spec.crashable => std::process::exit(3),
             Some(name @ ("lookup" | "approve" | "sample_me")) if self.0.spec.interop => {
@@ -372,6 +372,7 @@ impl Sample {
         let prefix = arg["value"].as_str().unwrap_or("");
         let values: Vec<String> = match arg["name"].as_str() {
             Some("path") => self.0.docs.iter().map(|d| d.path.clone()).filter(|p| p.starts_with(prefix)).collect(),
+            Some("page") => web::pages(prefix),
             Some("uri") => self.0.by_uri.keys().filter(|u| u.starts_with(prefix)).cloned().collect(),
             _ => Vec::new(),
         };

@@ -66,7 +66,7 @@ impl Redis {
         .await;
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
@@ -91,7 +91,7 @@ impl Redis {
     }
 }
 
-const SECRET: &str = "cluster-test-shared-secret-0123456789";
+pub(crate) const SECRET: &str = "cluster-test-shared-secret-0123456789";
 
 pub(crate) fn replica_config(up: &SampleHttp, redis: &Redis) -> Config {
     let mut c = config(vec![UpstreamConfig::http("docs", &up.url())]);

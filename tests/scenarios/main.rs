@@ -29,4 +29,7 @@ mod stdio_downstream;
 mod tls;
 mod trust;
 mod ts_v2_client;
+mod uri_checks;
+mod uris;
+mod uris_peers;
 mod wire;
