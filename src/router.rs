@@ -13,6 +13,7 @@ mod hints;
 mod large;
 mod merge;
 pub mod namespace;
+mod purge;
 pub mod rewrite;
 mod shared;
 
@@ -24,6 +25,7 @@ use arc_swap::ArcSwap;
 pub use call::{Answer, CacheStatus, Call, Payload, Progress};
 pub use hints::Hints;
 pub use large::Relay;
+pub use purge::{PurgeError, PurgeRequest, Purged};
 
 use crate::cache::{Cache, Flights};
 use crate::cluster::Cluster;

@@ -78,3 +78,82 @@ fn assert_png(path: &Path) {
     // A blank 1280x820 page compresses to a few hundred bytes; a drawn one is far larger.
     assert!(bytes.len() > 10_000, "the screenshot holds a drawn page ({} bytes)", bytes.len());
 }
+
+/// A page that loads the admin page in a frame, waits for the Cache view to list `victim`,
+/// clicks that row's Purge button, waits for the row to go, and writes what it saw (JSON) into
+/// its own `#out`. The browser runs it with web security off so that it may reach into the
+/// frame (another origin); the purge itself is the admin page's own request.
+fn purge_harness(admin: &str, victim: &str) -> String {
+    format!(
+        r##"<!doctype html><html><body><pre id="out">waiting</pre>
+<iframe id="f" src="{admin}" width="1280" height="1400"></iframe>
+<script>
+const victim = {victim:?};
+const frame = document.getElementById("f");
+const uris = () => {{
+  const d = frame.contentDocument;
+  return d ? [...d.querySelectorAll("#cache-hits tr[data-uri]")].map(r => r.dataset.uri) : [];
+}};
+const sleep = (ms) => new Promise(r => setTimeout(r, ms));
+(async () => {{
+  for (let i = 0; i < 200 && !uris().includes(victim); i++) await sleep(25);
+  const before = uris();
+  const row = [...frame.contentDocument.querySelectorAll("#cache-hits tr[data-uri]")].find(r => r.dataset.uri === victim);
+  if (row) row.querySelector("button").click();
+  for (let i = 0; i < 200 && uris().includes(victim); i++) await sleep(25);
+  const said = frame.contentDocument.getElementById("purge-result").textContent;
+  document.getElementById("out").textContent = JSON.stringify({{ before, after: uris(), said }});
+}})();
+</script></body></html>"##
+    )
+}
+
+#[tokio::test]
+async fn the_cache_view_lists_entries_and_its_purge_control_removes_one() {
+    let up = sample_http(SampleSpec::generated("docs", 3)).await;
+    let mut cfg = config(vec![UpstreamConfig::http("docs", &up.url())]);
+    cfg.admin.addr = "127.0.0.1:0".into();
+    let p = Proxy::start(cfg).await;
+    discovered(&p.client).await;
+    for (uri, reads) in [("docs://item/0", 4), ("docs://item/1", 2), ("docs://item/2", 1)] {
+        for _ in 0..reads {
+            p.client.request("resources/read", json!({ "uri": uri })).await.result();
+        }
+    }
+    let page = format!("http://{}/", p.app.admin_addr().unwrap());
+
+    let dom = run_browser(&page, &["--dump-dom"]).await;
+    for uri in ["docs://item/0", "docs://item/1", "docs://item/2"] {
+        assert!(dom.contains(&format!("data-uri=\"{uri}\"")), "the Cache view lists {uri}");
+    }
+    let first = dom.find("data-uri=\"docs://item/0\"").unwrap();
+    assert!(first < dom.find("data-uri=\"docs://item/1\"").unwrap(), "most hits first");
+    if std::env::var_os("RESMUX_SAVE_SCREENSHOTS").is_some() {
+        let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/admin-cache.png");
+        run_browser(&page, &["--window-size=1280,1300", &format!("--screenshot={}", shot.display())]).await;
+        assert_png(&shot);
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let harness = dir.path().join("harness.html");
+    std::fs::write(&harness, purge_harness(&page, "docs://item/1")).unwrap();
+    let profile = dir.path().join("profile");
+    let out = run_browser(
+        &format!("file://{}", harness.display()),
+        &["--dump-dom", "--disable-web-security", &format!("--user-data-dir={}", profile.display())],
+    )
+    .await;
+    let seen: serde_json::Value =
+        serde_json::from_str(&html_unescape(element_text(&out, "out"))).expect("the harness finished");
+    assert!(seen["before"].as_array().unwrap().contains(&json!("docs://item/1")), "{seen}");
+    assert_eq!(seen["after"], json!(["docs://item/0", "docs://item/2"]), "the purged row is gone");
+    assert_eq!(seen["said"], "purged 1 entries");
+    let again = p.client.request("resources/read", json!({ "uri": "docs://item/1" })).await;
+    assert_eq!(again.cache(), "miss", "the purge reached the proxy's cache");
+    assert_eq!(up.sample.count("resources/read"), 4);
+}
+
+/// Undoes the entity escaping of text in a dumped DOM.
+fn html_unescape(text: &str) -> String {
+    text.replace("&quot;", "\"").replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+}
