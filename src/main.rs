@@ -287,7 +287,7 @@ async fn purge(admin: Option<String>, config: Option<PathBuf>, what: PurgeWhat) 
     match (status.is_success(), v["purged"].as_u64()) {
         (true, Some(n)) => {
             let shared = v["shared"].as_u64().map(|s| format!(", {s} shared values in Redis")).unwrap_or_default();
-            println!("purged {n} entries{shared}");
+            println!("purged {n} {}{shared}", if n == 1 { "entry" } else { "entries" });
             Ok(())
         }
         _ => {

@@ -19,7 +19,7 @@ async fn replica(up: &SampleHttp, redis: &Redis) -> Proxy {
 async fn purge(p: &Proxy, body: Value) -> Value {
     let url = format!("http://{}/admin/cache/purge", p.app.admin_addr().unwrap());
     let answer = McpClient::new(&url).raw("POST", &[], body.to_string().into_bytes()).await;
-    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
     answer.json()
 }
 
@@ -72,16 +72,17 @@ async fn a_purge_on_one_replica_empties_the_others_and_redis() {
     assert!(shared_values(&redis).await.is_empty(), "every shared value of the upstream is gone");
     let lists = up.sample.count("resources/list");
     eventually("replica A dropped its list", || {
-        let client = a.client.clone();
+        let (client, sample) = (a.client.clone(), up.sample.clone());
         async move {
             client.list_all("resources/list", "resources").await;
-            (up.sample.count("resources/list") > lists).then_some(())
+            (sample.count("resources/list") > lists).then_some(())
         }
     })
     .await;
     let view = McpClient::new(&format!("http://{}/metrics", a.app.admin_addr().unwrap()))
         .raw("GET", &[], Vec::new())
         .await
-        .text();
+        .body;
+    let view = String::from_utf8_lossy(&view);
     assert!(view.contains(r#"resmux_cache_purges_total{by="upstream"} 1"#), "A applied the announced purge");
 }
