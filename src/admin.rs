@@ -260,6 +260,9 @@ impl Admin {
             "/admin/upstreams" => text(StatusCode::OK, "application/json", self.upstreams().to_string()),
             "/admin/stats" => text(StatusCode::OK, "application/json", self.stats().to_string()),
             "/admin/cache" => text(StatusCode::OK, "application/json", self.cache_view().to_string()),
+            path if POSTS.contains(&path) => {
+                text(StatusCode::METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", "POST only".into())
+            }
             _ => text(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "not found\n".into()),
         }
     }

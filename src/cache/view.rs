@@ -52,7 +52,7 @@ fn push_top(list: &mut Vec<Candidate>, candidate: Candidate, n: usize) {
 }
 
 fn settle(list: &mut Vec<Candidate>, n: usize) {
-    list.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    list.sort_unstable_by_key(|c| std::cmp::Reverse(c.0));
     list.truncate(n);
 }
 
