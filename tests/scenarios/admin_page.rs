@@ -124,6 +124,7 @@ async fn the_cache_view_lists_entries_and_its_purge_control_removes_one() {
             p.client.request("resources/read", json!({ "uri": uri })).await.result();
         }
     }
+    p.client.list_all("resources/list", "resources").await;
 
     let dom = run_browser(&page, &["--dump-dom"]).await;
     for uri in ["docs://item/0", "docs://item/1", "docs://item/2"] {
@@ -131,6 +132,7 @@ async fn the_cache_view_lists_entries_and_its_purge_control_removes_one() {
     }
     let first = dom.find("data-uri=\"docs://item/0\"").unwrap();
     assert!(first < dom.find("data-uri=\"docs://item/1\"").unwrap(), "most hits first");
+    assert!(dom.contains("<td>resources/list</td>"), "list pages are listed too");
     if std::env::var_os("RESMUX_SAVE_SCREENSHOTS").is_some() {
         let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/admin-cache.png");
         run_browser(&page, &["--window-size=1280,1300", &format!("--screenshot={}", shot.display())]).await;
