@@ -3,6 +3,8 @@
 //! the upstream again; bad bodies get a 400 with the reason; the admin listener's Host and
 //! Origin rules guard it; the Cache view lists entries with their hits.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 use crate::support::*;
@@ -167,4 +169,29 @@ async fn resmux_cache_purge_prints_the_count() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no upstream is named `nope`"));
     let out = run(vec!["--uri", "a", "--upstream", "docs"]).await;
     assert!(!out.status.success(), "two selectors are refused by the command line");
+}
+
+#[tokio::test]
+async fn a_read_in_flight_during_a_purge_is_answered_but_not_cached() {
+    let mut spec = SampleSpec::generated("docs", 3);
+    spec.delay = Duration::from_secs(1);
+    let up = sample_http(spec).await;
+    let mut cfg = config(vec![UpstreamConfig::http("docs", &up.url())]);
+    cfg.admin.addr = "127.0.0.1:0".into();
+    let p = Proxy::start(cfg).await;
+    discovered(&p.client).await;
+    let client = p.client.clone();
+    let slow = tokio::spawn(async move { client.request("resources/read", json!({"uri": "docs://item/0"})).await });
+    eventually("the read reached the upstream", || {
+        let sample = up.sample.clone();
+        async move { (sample.count("resources/read") == 1).then_some(()) }
+    })
+    .await;
+    assert_eq!(purge(&p, json!({"uri": "docs://item/0"})).await, 0, "nothing was cached yet");
+    let answered = slow.await.unwrap();
+    answered.result();
+    assert_eq!(answered.cache(), "miss");
+    assert_eq!(read(&p, "docs://item/0").await, "miss", "the fill that raced the purge was not stored");
+    assert_eq!(up.sample.count("resources/read"), 2);
+    assert_eq!(read(&p, "docs://item/0").await, "hit", "a fill after the purge is cached");
 }

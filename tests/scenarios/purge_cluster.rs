@@ -2,6 +2,8 @@
 //! entry on the others and its shared values (public and private partitions) from Redis, so
 //! every replica's next read reaches the upstream again.
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 use crate::cluster::{Redis, replica_config};
@@ -85,4 +87,25 @@ async fn a_purge_on_one_replica_empties_the_others_and_redis() {
         .body;
     let view = String::from_utf8_lossy(&view);
     assert!(view.contains(r#"resmux_cache_purges_total{by="upstream"} 1"#), "A applied the announced purge");
+}
+
+#[tokio::test]
+async fn a_fill_in_flight_on_another_replica_does_not_bring_a_purged_entry_back() {
+    let redis = Redis::start().await;
+    let mut spec = SampleSpec::generated("docs", 3);
+    spec.delay = Duration::from_secs(1);
+    let up = sample_http(spec).await;
+    let (a, b) = (replica(&up, &redis).await, replica(&up, &redis).await);
+    let client = b.client.clone();
+    let slow = tokio::spawn(async move { read(&client, "docs://item/0").await });
+    eventually("B's read reached the upstream", || {
+        let sample = up.sample.clone();
+        async move { (sample.count("resources/read") == 1).then_some(()) }
+    })
+    .await;
+    assert_eq!(purge(&a, json!({ "uri": "docs://item/0" })).await["purged"], 0);
+    assert_eq!(slow.await.unwrap(), "miss");
+    assert!(shared_values(&redis).await.is_empty(), "B's fill was refused in Redis");
+    assert_eq!(read(&b.client, "docs://item/0").await, "miss", "and not kept on B");
+    assert_eq!(up.sample.count("resources/read"), 2);
 }
