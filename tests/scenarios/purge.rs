@@ -36,12 +36,19 @@ async fn read(p: &Proxy, uri: &str) -> String {
 async fn two_upstreams() -> (Proxy, SampleHttp, SampleHttp) {
     let docs = sample_http(SampleSpec::generated("docs", 5)).await;
     let more = sample_http(SampleSpec::generated("more", 3)).await;
-    let mut cfg = config(vec![UpstreamConfig::http("docs", &docs.url()), UpstreamConfig::http("more", &more.url())]);
+    let p =
+        with_admin(vec![UpstreamConfig::http("docs", &docs.url()), UpstreamConfig::http("more", &more.url())]).await;
+    (p, docs, more)
+}
+
+/// A discovered proxy of `upstreams` with an admin listener that reads bodies up to 512 bytes.
+async fn with_admin(upstreams: Vec<UpstreamConfig>) -> Proxy {
+    let mut cfg = config(upstreams);
     cfg.admin.addr = "127.0.0.1:0".into();
     cfg.admin.max_body_bytes = 512;
     let p = Proxy::start(cfg).await;
     discovered(&p.client).await;
-    (p, docs, more)
+    p
 }
 
 #[tokio::test]
@@ -176,10 +183,7 @@ async fn a_read_in_flight_during_a_purge_is_answered_but_not_cached() {
     let mut spec = SampleSpec::generated("docs", 3);
     spec.delay = Duration::from_secs(1);
     let up = sample_http(spec).await;
-    let mut cfg = config(vec![UpstreamConfig::http("docs", &up.url())]);
-    cfg.admin.addr = "127.0.0.1:0".into();
-    let p = Proxy::start(cfg).await;
-    discovered(&p.client).await;
+    let p = with_admin(vec![UpstreamConfig::http("docs", &up.url())]).await;
     let client = p.client.clone();
     let slow = tokio::spawn(async move { client.request("resources/read", json!({"uri": "docs://item/0"})).await });
     eventually("the read reached the upstream", || {
