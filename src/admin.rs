@@ -23,7 +23,6 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use cache::{BadPurge, parse_purge};
 pub use history::History;
 
 use crate::config::{AdminConfig, OnError};

@@ -22,7 +22,7 @@ const KEYS: [&str; 3] = ["uri", "uri_prefix", "upstream"];
 
 /// Why a purge body was refused (downstream: the operator's request); the text is the 400's.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum BadPurge {
+enum BadPurge {
     #[error("the body is larger than [admin] max_body_bytes ({0} bytes)")]
     TooLarge(u64),
     #[error("the body did not arrive within {}s", BODY_READ_TIMEOUT.as_secs())]
@@ -40,7 +40,7 @@ pub enum BadPurge {
 }
 
 /// Reads a purge body: exactly one of `{"uri": …}`, `{"uri_prefix": …}`, `{"upstream": …}`.
-pub fn parse_purge(body: &[u8]) -> Result<PurgeRequest, BadPurge> {
+fn parse_purge(body: &[u8]) -> Result<PurgeRequest, BadPurge> {
     let value: Value = serde_json::from_slice(body).map_err(|e| BadPurge::NotJson(e.to_string()))?;
     let Value::Object(map) = value else { return Err(BadPurge::NotObject) };
     if let Some(unknown) = map.keys().find(|k| !KEYS.contains(&k.as_str())) {
