@@ -1,8 +1,9 @@
 //! The admin listener (`[admin] addr`): Prometheus metrics, liveness and readiness, live JSON
-//! about the upstreams and the proxy, and a single-page dashboard served from the binary. It
-//! is a separate listener with its own Host check, so MCP clients never reach it and probes
-//! never compete with MCP connections.
+//! about the upstreams, the proxy and the cache, cache purges, config reloads, and a
+//! single-page dashboard served from the binary. It is a separate listener with its own Host
+//! check, so MCP clients never reach it and probes never compete with MCP connections.
 
+mod cache;
 mod history;
 
 use std::convert::Infallible;
@@ -34,6 +35,9 @@ use crate::telemetry::metrics::UpstreamState;
 /// The dashboard: one static page, no build step, no CDN.
 const PAGE: &str = include_str!("admin/page.html");
 
+/// The routes that change state: POST only, with an allowed Host and no foreign `Origin`.
+const POSTS: [&str; 2] = ["/admin/reload", "/admin/cache/purge"];
+
 /// Cheap handle over what the admin listener reports.
 #[derive(Clone)]
 pub struct Admin(Arc<Inner>);
@@ -48,6 +52,10 @@ struct Inner {
     history: History,
     /// Applies `POST /admin/reload`; absent, the route answers 404.
     reloader: Option<crate::app::Reloader>,
+    /// `[admin] max_body_bytes`.
+    max_body_bytes: u64,
+    /// `[admin] cache_view_top`.
+    cache_view_top: usize,
 }
 
 impl Admin {
@@ -60,6 +68,8 @@ impl Admin {
             hosts: OriginPolicy::new(&[], &config.allowed_hosts, addr),
             history: History::default(),
             reloader: None,
+            max_body_bytes: config.max_body_bytes,
+            cache_view_top: config.cache_view_top,
         }))
     }
 
@@ -87,16 +97,17 @@ impl Admin {
         }
     }
 
-    /// Whether `req` is a reload the admin listener accepts: `POST /admin/reload` with an
-    /// allowed Host, and no foreign `Origin` (a web page cannot make the proxy reload).
-    fn is_reload<B>(&self, req: &Request<B>) -> bool {
+    /// Whether `req` is a state change the admin listener accepts: a POST to one of
+    /// [`POSTS`] with an allowed Host, and no foreign `Origin` (a web page elsewhere cannot make
+    /// the proxy reload or purge).
+    fn is_post<B>(&self, req: &Request<B>) -> bool {
         let host = req.headers().get(HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
         let origin_ok = match req.headers().get(http::header::ORIGIN) {
             None => true,
             Some(o) => o.to_str().is_ok_and(|o| self.0.hosts.origin_allowed(o)),
         };
         req.method() == Method::POST
-            && req.uri().path() == "/admin/reload"
+            && POSTS.contains(&req.uri().path())
             && self.0.hosts.host_allowed(host)
             && origin_ok
     }
@@ -231,7 +242,7 @@ impl Admin {
         }
         if req.method() != Method::GET {
             let why =
-                if req.uri().path() == "/admin/reload" { "POST only, without a foreign Origin" } else { "GET only" };
+                if POSTS.contains(&req.uri().path()) { "POST only, without a foreign Origin" } else { "GET only" };
             return text(StatusCode::METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", why.into());
         }
         match req.uri().path() {
@@ -247,6 +258,10 @@ impl Admin {
             }
             "/admin/upstreams" => text(StatusCode::OK, "application/json", self.upstreams().to_string()),
             "/admin/stats" => text(StatusCode::OK, "application/json", self.stats().to_string()),
+            "/admin/cache" => text(StatusCode::OK, "application/json", self.cache_view().to_string()),
+            path if POSTS.contains(&path) => {
+                text(StatusCode::METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", "POST only".into())
+            }
             _ => text(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "not found\n".into()),
         }
     }
@@ -256,6 +271,7 @@ impl Admin {
 pub fn metrics_text(router: &Router, hub: &Hub) -> String {
     let cache = router.cache();
     let upstreams = router.upstreams();
+    router.metrics().purges(&cache.purge_counts());
     let snapshot = Snapshot {
         cache_bytes: cache.weighted_size(),
         cache_entries: cache.entry_count(),
@@ -311,7 +327,11 @@ pub async fn serve(listener: TcpListener, admin: Admin, cancel: CancellationToke
             let service = service_fn(move |req: Request<hyper::body::Incoming>| {
                 let admin = admin.clone();
                 async move {
-                    let resp = if admin.is_reload(&req) { admin.reload().await } else { admin.serve(&req) };
+                    let resp = match req.uri().path() {
+                        "/admin/reload" if admin.is_post(&req) => admin.reload().await,
+                        "/admin/cache/purge" if admin.is_post(&req) => admin.purge(req).await,
+                        _ => admin.serve(&req),
+                    };
                     Ok::<_, Infallible>(resp)
                 }
             });

@@ -8,6 +8,8 @@ mod epochs;
 mod figures;
 mod flight;
 mod key;
+mod purge;
+mod view;
 mod watch;
 
 use std::sync::Arc;
@@ -22,6 +24,8 @@ pub use flight::{FlightKey, Flights};
 pub use key::{
     BaseKey, CacheKey, CachedMethod, KeyRef, Owner, Partition, PartitionRef, canonical_params, canonical_params_with,
 };
+pub use purge::{PurgeCounts, Target};
+pub use view::{EntryView, TopEntries};
 pub use watch::Watches;
 
 use crate::config::CacheConfig;
@@ -51,6 +55,8 @@ struct Inner {
     watches: Arc<Watches>,
     /// Bytes and evictions per upstream and scope, for the metrics.
     figures: Arc<figures::Figures>,
+    /// Operator purges applied here and entries they removed, for the metrics.
+    purges: purge::Counters,
 }
 
 /// Reclaims memory of entries past their stale window. Freshness itself is decided at lookup
@@ -86,7 +92,14 @@ impl Cache {
                 counted.removed(&k, &v, cause.was_evicted());
             })
             .build();
-        Self(Arc::new(Inner { config, store, epochs: Epochs::new(upstreams), watches, figures }))
+        Self(Arc::new(Inner {
+            config,
+            store,
+            epochs: Epochs::new(upstreams),
+            watches,
+            figures,
+            purges: purge::Counters::default(),
+        }))
     }
 
     /// The URIs of cached reads that upstream notifications must be able to evict.
@@ -123,6 +136,7 @@ impl Cache {
         let age = now.saturating_duration_since(entry.stored_at);
         let current = self.0.epochs.is_current(&entry.ticket);
         if current && age < entry.ttl {
+            entry.hit();
             Lookup::Fresh { entry, age }
         } else if age < entry.ttl + entry.stale_window {
             Lookup::Stale(entry)
@@ -179,6 +193,10 @@ impl Cache {
         if stored.len() as u64 > self.0.config.max_entry_bytes {
             return false;
         }
+        // A fill in flight while its upstream was purged may hold what the purge removed.
+        if self.0.epochs.purged_since(&ticket) {
+            return false;
+        }
         let entry = Entry {
             stored,
             stored_at: Instant::now().checked_sub(age).unwrap_or_else(Instant::now),
@@ -187,12 +205,21 @@ impl Cache {
             ticket,
             public,
             watched: watch.map(Box::from),
+            hits: Default::default(),
+            purged: Default::default(),
         };
         if let Some(uri) = watch {
             self.0.watches.retain(key.base.upstream, uri);
         }
         self.0.figures.stored(&key, &entry);
-        self.0.store.insert(key, Arc::new(entry));
+        let entry = Arc::new(entry);
+        self.0.store.insert(key.clone(), entry.clone());
+        // A purge that began since the check above may have passed this key already: the
+        // entry takes itself out (the purge's count in `Epochs` is bumped before its pass).
+        if self.0.epochs.purged_since(&entry.ticket) {
+            self.0.store.invalidate(&key);
+            return false;
+        }
         true
     }
 

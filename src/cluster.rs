@@ -16,6 +16,7 @@
 mod bus;
 mod l2;
 mod lease;
+mod purge;
 mod sessions;
 mod value;
 

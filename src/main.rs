@@ -51,6 +51,11 @@ enum Command {
         #[arg(short, long)]
         config: Option<PathBuf>,
     },
+    /// Operate on a running `serve`'s cache through its admin listener.
+    Cache {
+        #[command(subcommand)]
+        command: CacheCommand,
+    },
     /// Probe an admin endpoint (container HEALTHCHECK): exit 0 on a 2xx answer within 3 s.
     Health {
         #[arg(long, default_value = "http://127.0.0.1:9090/healthz")]
@@ -87,6 +92,38 @@ enum Command {
         #[arg(long, requires = "http")]
         legacy: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum CacheCommand {
+    /// Remove entries (`POST /admin/cache/purge`; with [cluster], on every replica and in
+    /// Redis) and print how many this replica removed; exit 1 when refused.
+    Purge {
+        /// The admin listener, e.g. `http://127.0.0.1:9090`. Default: `[admin] addr` of
+        /// `--config`.
+        #[arg(long, conflicts_with = "config")]
+        admin: Option<String>,
+        /// The config file the proxy runs (its `[admin] addr` is used).
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        what: PurgeWhat,
+    },
+}
+
+/// What to purge: exactly one.
+#[derive(clap::Args)]
+#[group(required = true, multiple = false)]
+struct PurgeWhat {
+    /// Reads of this URI, as clients see it (namespaced, e.g. `docs+file:///a.md`).
+    #[arg(long)]
+    uri: Option<String>,
+    /// Reads of every URI, as clients see it, starting with this.
+    #[arg(long)]
+    uri_prefix: Option<String>,
+    /// Everything cached from this upstream, its lists too.
+    #[arg(long)]
+    upstream: Option<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -151,6 +188,7 @@ async fn main() -> Result<()> {
         }
         Command::Demo { addr, admin_addr } => demo(addr, admin_addr).await?,
         Command::Reload { admin, config } => reload(admin, config).await?,
+        Command::Cache { command: CacheCommand::Purge { admin, config, what } } => purge(admin, config, what).await?,
         Command::SampleUpstream { profile, http, crashable, count, tick_ms, legacy } => {
             resmux::telemetry::init(&Default::default());
             let mut spec = match profile {
@@ -176,32 +214,43 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
-/// `resmux reload`: asks the admin listener to reload and prints its answer.
-async fn reload(admin: Option<String>, config: Option<PathBuf>) -> Result<()> {
-    use http_body_util::BodyExt;
-    let base = match (admin, config) {
+/// The admin listener's base URL: `--admin`, else `[admin] addr` of `--config`, else the
+/// default address.
+fn admin_base(admin: Option<String>, config: Option<PathBuf>, what: &str) -> Result<String> {
+    Ok(match (admin, config) {
         (Some(url), _) => url.trim_end_matches('/').to_owned(),
         (None, Some(path)) => {
             let (c, _) = config::load_without_secrets(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
             match c.admin.socket_addr() {
                 Ok(Some(addr)) => format!("http://{addr}"),
-                _ => anyhow::bail!("{}: [admin] addr is not set; reload needs the admin listener", path.display()),
+                _ => anyhow::bail!("{}: [admin] addr is not set; {what} needs the admin listener", path.display()),
             }
         }
         (None, None) => "http://127.0.0.1:9090".to_owned(),
-    };
-    let url = format!("{base}/admin/reload");
+    })
+}
+
+/// POSTs `body` (JSON) to the admin listener at `url` through the proxy's own HTTP client;
+/// returns the status and the answer's body.
+async fn admin_post(url: &str, body: Vec<u8>, wait: std::time::Duration) -> Result<(http::StatusCode, bytes::Bytes)> {
+    use http_body_util::BodyExt;
     let client = resmux::upstream::http::client();
-    let req = http::Request::post(&url).body(http_body_util::Full::new(bytes::Bytes::new()))?;
+    let req = http::Request::post(url)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))?;
     let answer = async {
         let resp = client.request(req).await?;
         let status = resp.status();
         let body = resp.into_body().collect().await?.to_bytes();
         anyhow::Ok((status, body))
     };
-    let (status, body) = tokio::time::timeout(std::time::Duration::from_secs(120), answer)
-        .await
-        .map_err(|_| anyhow::anyhow!("{url}: no answer within 120 s"))??;
+    tokio::time::timeout(wait, answer).await.map_err(|_| anyhow::anyhow!("{url}: no answer within {wait:?}"))?
+}
+
+/// `resmux reload`: asks the admin listener to reload and prints its answer.
+async fn reload(admin: Option<String>, config: Option<PathBuf>) -> Result<()> {
+    let url = format!("{}/admin/reload", admin_base(admin, config, "reload")?);
+    let (status, body) = admin_post(&url, Vec::new(), std::time::Duration::from_secs(120)).await?;
     let v: serde_json::Value =
         serde_json::from_slice(&body).with_context(|| format!("{url}: {status}: not a reload answer"))?;
     if let Some(report) = v.get("report").filter(|_| status.is_success()) {
@@ -221,6 +270,31 @@ async fn reload(admin: Option<String>, config: Option<PathBuf>) -> Result<()> {
         eprintln!("  {}", e.as_str().unwrap_or_default());
     }
     std::process::exit(1);
+}
+
+/// `resmux cache purge`: asks the admin listener to purge and prints how many entries went.
+async fn purge(admin: Option<String>, config: Option<PathBuf>, what: PurgeWhat) -> Result<()> {
+    let url = format!("{}/admin/cache/purge", admin_base(admin, config, "cache purge")?);
+    let body = match what {
+        PurgeWhat { uri: Some(uri), .. } => serde_json::json!({ "uri": uri }),
+        PurgeWhat { uri_prefix: Some(prefix), .. } => serde_json::json!({ "uri_prefix": prefix }),
+        PurgeWhat { upstream: Some(name), .. } => serde_json::json!({ "upstream": name }),
+        PurgeWhat { .. } => anyhow::bail!("give one of --uri, --uri-prefix, --upstream"),
+    };
+    let (status, answer) = admin_post(&url, body.to_string().into_bytes(), std::time::Duration::from_secs(60)).await?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&answer).with_context(|| format!("{url}: {status}: not a purge answer"))?;
+    match (status.is_success(), v["purged"].as_u64()) {
+        (true, Some(n)) => {
+            let shared = v["shared"].as_u64().map(|s| format!(", {s} shared values in Redis")).unwrap_or_default();
+            println!("purged {n} {}{shared}", if n == 1 { "entry" } else { "entries" });
+            Ok(())
+        }
+        _ => {
+            eprintln!("purge failed ({url}, {status}): {}", v["error"].as_str().unwrap_or("no reason given"));
+            std::process::exit(1);
+        }
+    }
 }
 
 /// One GET through the proxy's own HTTP client.

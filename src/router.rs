@@ -14,6 +14,7 @@ mod large;
 mod merge;
 pub mod namespace;
 mod passthrough;
+mod purge;
 pub mod rewrite;
 mod shared;
 
@@ -25,6 +26,7 @@ use arc_swap::ArcSwap;
 pub use call::{Answer, CacheStatus, Call, Payload, Progress};
 pub use hints::Hints;
 pub use large::Relay;
+pub use purge::{PurgeError, PurgeRequest, Purged};
 
 use crate::cache::{Cache, Flights};
 use crate::cluster::Cluster;

@@ -1,6 +1,7 @@
 //! What the cache stores: results in their final downstream form, ready to be written with
 //! only the request id and the remaining TTL spliced in.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -80,12 +81,28 @@ pub struct Entry {
     /// The upstream URI it keeps watched (see [`super::Watches`]), for reads of upstreams that
     /// can be subscribed.
     pub watched: Option<Box<str>>,
+    /// Fresh hits served from it, for the admin page's Cache view (relaxed: a count, not a
+    /// synchronization point).
+    pub hits: AtomicU64,
+    /// Set when an operator purge removed it: a request that looked it up as stale before the
+    /// purge must not serve it after a failed refetch.
+    pub purged: AtomicBool,
 }
 
 impl Entry {
     /// Bytes this entry costs in the store.
     pub fn weight(&self) -> usize {
         std::mem::size_of::<Self>() + self.stored.len()
+    }
+
+    /// Counts a fresh hit.
+    pub fn hit(&self) {
+        self.hits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether it may still be served as stale-if-error (an operator purge says no).
+    pub fn servable_stale(&self) -> bool {
+        !self.purged.load(Ordering::Acquire)
     }
 
     /// Time since it was fetched.
@@ -131,6 +148,8 @@ mod tests {
             ticket: epochs.ticket(0, super::super::CachedMethod::ResourcesRead, Some("a://x")),
             public: true,
             watched: None,
+            hits: AtomicU64::new(0),
+            purged: AtomicBool::new(false),
         };
         let at = |entry: &Entry| (entry.remaining_ms(entry.age()), entry.age().as_secs());
         assert_eq!(at(&entry), (3000, 0));

@@ -23,6 +23,8 @@ pub struct Ticket {
     scope: Scope,
     /// The epoch of `scope` at fetch start.
     epoch: u64,
+    /// The upstream's purge count at fetch start (see [`Epochs::purge_begins`]).
+    purges: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +47,10 @@ pub struct Epochs {
     /// was taken, no URI epoch of that upstream can have moved either, so checking a read's
     /// ticket costs an atomic load instead of a lookup in `uris`.
     uri_changes: Vec<AtomicU64>,
+    /// Per upstream: operator purges begun. A fill whose ticket is behind was in flight
+    /// during a purge and is not stored: whether its URI was among the purged ones is not
+    /// worth tracking for the few fills a purge overlaps.
+    purges: Vec<AtomicU64>,
     hasher: std::collections::hash_map::RandomState,
 }
 
@@ -76,6 +82,7 @@ impl Epochs {
             streams: (0..upstreams).map(|_| AtomicU64::new(0)).collect(),
             lists: (0..upstreams).map(|_| Default::default()).collect(),
             uri_changes: (0..upstreams).map(|_| AtomicU64::new(0)).collect(),
+            purges: (0..upstreams).map(|_| AtomicU64::new(0)).collect(),
             uris: moka::sync::Cache::builder()
                 .max_capacity(MAX_URI_EPOCHS)
                 .time_to_idle(Duration::from_secs(24 * 3600))
@@ -110,7 +117,8 @@ impl Epochs {
                 (Scope::List(i), self.lists[u][i].load(Ordering::Acquire))
             }
         };
-        Ticket { upstream, stream: self.streams[u].load(Ordering::Acquire), scope, epoch }
+        let purges = self.purges[u].load(Ordering::Acquire);
+        Ticket { upstream, stream: self.streams[u].load(Ordering::Acquire), scope, epoch, purges }
     }
 
     /// Whether nothing the ticket depends on changed since it was taken.
@@ -135,6 +143,20 @@ impl Epochs {
     /// A `list_changed` notification: that list's pages go stale.
     pub fn list_changed(&self, upstream: u32, method: CachedMethod) {
         self.lists[upstream as usize][list_index(method)].store(self.next(), Ordering::Release);
+    }
+
+    /// An operator purge of `upstream` begins: fills in flight from now on are refused (see
+    /// [`Epochs::purged_since`]). Called before the purge removes entries, so that a fill
+    /// stored after the removal pass sees the new count and takes itself out again.
+    pub fn purge_begins(&self, upstream: u32) {
+        if let Some(p) = self.purges.get(upstream as usize) {
+            p.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether a purge of the ticket's upstream began after the ticket was taken.
+    pub fn purged_since(&self, t: &Ticket) -> bool {
+        self.purges.get(t.upstream as usize).is_some_and(|p| p.load(Ordering::SeqCst) != t.purges)
     }
 
     /// The upstream's notification stream was lost: everything from it goes stale, since
@@ -183,5 +205,19 @@ mod tests {
         let fresh = e.ticket(0, CachedMethod::ResourcesRead, Some("a"));
         let behind = Ticket { scope: Scope::Uri { hash: e.uri_hash("a"), changes: 0 }, ..fresh.clone() };
         assert!(e.is_current(&fresh) && e.is_current(&behind));
+    }
+
+    #[test]
+    fn a_purge_marks_the_fills_in_flight_on_its_upstream_only() {
+        let e = Epochs::new(2);
+        let before = e.ticket(0, CachedMethod::ResourcesRead, Some("a"));
+        let list = e.ticket(0, CachedMethod::ToolsList, None);
+        let other = e.ticket(1, CachedMethod::ResourcesRead, Some("a"));
+        e.purge_begins(0);
+        assert!(e.purged_since(&before) && e.purged_since(&list));
+        assert!(!e.purged_since(&other), "another upstream's fill is unaffected");
+        assert!(!e.purged_since(&e.ticket(0, CachedMethod::ResourcesRead, Some("a"))));
+        assert!(e.is_current(&before), "a purge is no notification: freshness is the entries' removal");
+        e.purge_begins(7); // a slot that does not exist is ignored
     }
 }

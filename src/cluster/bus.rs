@@ -23,7 +23,7 @@ use crate::mcp::notify::{Change, Filter};
 /// Lifetime of a URI's epoch in Redis once it is no longer bumped. A forgotten epoch reads as
 /// 0, which only makes older shared entries look current if they are still within their own
 /// TTL, itself clamped far below this.
-const URI_EPOCH_TTL: Duration = Duration::from_secs(24 * 3600);
+pub(super) const URI_EPOCH_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// What replicas tell each other about one upstream.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +38,8 @@ pub enum Event {
     Active(Filter),
     /// A replica's interest changed: the holder re-reads the union.
     Interest,
+    /// An operator purged entries of the upstream (any replica may announce it).
+    Purge(crate::cache::Target),
 }
 
 /// What the hub receives.
@@ -54,9 +56,9 @@ pub enum Inbound {
 }
 
 pub(super) struct Outgoing {
-    upstream: usize,
-    fence: u64,
-    event: Event,
+    pub(super) upstream: usize,
+    pub(super) fence: u64,
+    pub(super) event: Event,
 }
 
 fn list_of(name: &str) -> Option<Capability> {
@@ -89,7 +91,7 @@ impl Cluster {
         }
     }
 
-    fn encode(&self, out: &Outgoing) -> String {
+    pub(super) fn encode(&self, out: &Outgoing) -> String {
         let mut msg = json!({ "r": &*self.0.replica, "u": &*self.0.upstreams[out.upstream], "f": out.fence });
         let fields = match &out.event {
             Event::Change(Change::Updated(uri)) => json!({ "k": "updated", "uri": uri }),
@@ -98,6 +100,7 @@ impl Cluster {
             Event::Resync => json!({ "k": "resync" }),
             Event::Active(filter) => json!({ "k": "active", "filter": filter.to_json() }),
             Event::Interest => json!({ "k": "interest" }),
+            Event::Purge(target) => super::purge::encode(target),
         };
         if let (Value::Object(m), Value::Object(f)) = (&mut msg, fields) {
             m.extend(f);
@@ -123,6 +126,8 @@ impl Cluster {
             "resync" => Event::Resync,
             "active" => Event::Active(Filter::from_json(&v["filter"]).ok()?),
             "interest" => return Some(Inbound::Event { upstream, event: Event::Interest }),
+            // Not the listen holder's: no fence applies.
+            "purge" => return Some(Inbound::Event { upstream, event: Event::Purge(super::purge::decode(&v)?) }),
             _ => return None,
         };
         let fence = v["f"].as_u64()?;
@@ -152,7 +157,8 @@ impl Cluster {
             Event::Lost | Event::Resync => {
                 p.cmd("INCR").arg(format!("{tag}:e:s")).ignore();
             }
-            Event::Active(_) | Event::Interest => {}
+            // A purge bumps its epochs itself, before it is announced (see `purge.rs`).
+            Event::Active(_) | Event::Interest | Event::Purge(_) => {}
         }
         p.cmd("PUBLISH").arg(self.channel()).arg(self.encode(out)).ignore();
         p

@@ -93,9 +93,7 @@ impl Cluster {
     /// `uri` when it is a read.
     pub fn shared_key(&self, key: &BaseKey, uri: Option<&str>, owner: &Owner) -> SharedKey {
         let tag = self.tag(key.upstream as usize);
-        let method = [list_epoch_index(key.method)];
-        let era = [key.era];
-        let base = self.digest(&[&method, &era, key.params.as_bytes()]);
+        let base = self.value_base(key.method, key.era, &key.params);
         let who = self.digest(&[&owner_bytes(owner)]);
         SharedKey {
             public: format!("{tag}:v:{base}:pub"),
@@ -104,6 +102,12 @@ impl Cluster {
             stream_epoch: format!("{tag}:e:s"),
             lock: format!("{tag}:lock:{base}"),
         }
+    }
+
+    /// The part of a value's Redis name that stands for what was asked (method, protocol era,
+    /// canonical params); the partition follows it.
+    pub(super) fn value_base(&self, method: CachedMethod, era: u8, params: &str) -> String {
+        self.digest(&[&[list_epoch_index(method)], &[era], params.as_bytes()])
     }
 
     /// Looks `key` up in Redis: the public value, then the caller's.

@@ -13,7 +13,8 @@ pub struct AdminConfig {
     /// Socket address of the admin listener, e.g. `127.0.0.1:9090`; empty (the default)
     /// disables it. It serves `/metrics`, `/healthz`, `/readyz`, `/admin/upstreams`,
     /// `/admin/stats` and the admin page at `/`, and is never reachable through the MCP
-    /// listener.
+    /// listener. `POST /admin/reload` and `POST /admin/cache/purge` change state: they are
+    /// refused with a foreign `Origin`.
     pub addr: String,
     /// Host names accepted in the admin listener's `Host` header. Empty (the default) accepts
     /// loopback names when `addr` is loopback, and any host otherwise (a probe from a
@@ -23,11 +24,22 @@ pub struct AdminConfig {
     /// result) before upstream listens and stdio children are stopped. Default 10 s.
     #[serde(with = "humantime_serde")]
     pub drain_timeout: Duration,
+    /// Largest request body the admin listener reads (a cache purge's JSON); a larger one gets
+    /// 400. Default 64 KiB.
+    pub max_body_bytes: u64,
+    /// Entries the admin page's Cache view lists by hits, and again by bytes. Default 20.
+    pub cache_view_top: usize,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
-        Self { addr: String::new(), allowed_hosts: Vec::new(), drain_timeout: Duration::from_secs(10) }
+        Self {
+            addr: String::new(),
+            allowed_hosts: Vec::new(),
+            drain_timeout: Duration::from_secs(10),
+            max_body_bytes: 64 * 1024,
+            cache_view_top: 20,
+        }
     }
 }
 

@@ -45,6 +45,11 @@ pub struct ClusterConfig {
     /// Most events waiting to be published to the other replicas; past it events are dropped
     /// (and counted). Default 10,000.
     pub max_outbox: usize,
+    /// Longest an operator purge works in Redis (deleting the purged values takes one pass
+    /// over the keys); past it the purge answers with an error, and the values it did not
+    /// delete stay unusable (their epoch moved) until they expire. Default 10 s.
+    #[serde(with = "humantime_serde")]
+    pub purge_timeout: Duration,
 }
 
 impl Default for ClusterConfig {
@@ -61,6 +66,7 @@ impl Default for ClusterConfig {
             lease_ttl: Duration::from_secs(5),
             ready_when_degraded: true,
             max_outbox: 10_000,
+            purge_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -97,6 +103,7 @@ impl ClusterConfig {
             ("lock_ttl", self.lock_ttl),
             ("lock_wait", self.lock_wait),
             ("lease_ttl", self.lease_ttl),
+            ("purge_timeout", self.purge_timeout),
         ] {
             if d.is_zero() {
                 err(key, "must be positive");

@@ -151,6 +151,9 @@ impl Config {
         if let Err(e) = self.admin.socket_addr() {
             err("admin.addr".into(), &format!("not a socket address: {e}"));
         }
+        if self.admin.max_body_bytes == 0 {
+            err("admin.max_body_bytes".into(), "must be positive");
+        }
         for (path, msg) in check_auth(&self.auth, self.listen.addr.ip().is_loopback()) {
             err(path, &msg);
         }

@@ -63,6 +63,11 @@ async fn receive(hub: Hub, cluster: Cluster, mut inbox: mpsc::Receiver<Inbound>,
                         hub.0.slots[upstream].active.send_replace(filter);
                     }
                 }
+                // Every replica purges its own cache, whatever its role.
+                Event::Purge(target) => {
+                    let removed = hub.0.cache.purge(upstream as u32, &target);
+                    tracing::info!(upstream, purge = target.kind(), removed, "purged as another replica asked");
+                }
                 Event::Interest => {
                     if let Err(e) = cluster.refresh_interest(upstream).await {
                         tracing::debug!(error = %e, "cannot read the other replicas' interest");

@@ -186,7 +186,7 @@ impl Routing {
                 telemetry::record_cache(if led { "miss" } else { "joined" });
                 Ok(shared.served.clone())
             }
-            Err(Error::Upstream(e)) if stale.is_some() => {
+            Err(Error::Upstream(e)) if stale.as_ref().is_some_and(|s| s.servable_stale()) => {
                 let entry = stale.expect("checked");
                 tracing::info!(upstream = %upstream.name(), error = %e, "serving stale entry after refetch failure");
                 upstream.meter().cache_stale(entry.public);

@@ -14,6 +14,7 @@ use crate::mcp;
 
 mod labels;
 mod meter;
+mod purge;
 mod relay;
 
 pub use labels::Rejection;
@@ -62,6 +63,7 @@ struct Inner {
     upstream_reconnects: Family<Named, Counter>,
     relays: relay::RelayFamilies,
     config_reloads: Family<ReloadOutcome, Counter>,
+    purges: purge::PurgeFamilies,
 }
 
 /// One upstream's state read at scrape time.
@@ -154,6 +156,7 @@ impl Metrics {
             upstream_reconnects: Family::default(),
             relays: relay::RelayFamilies::default(),
             config_reloads: Family::default(),
+            purges: purge::PurgeFamilies::default(),
         };
         let _ = ["applied", "unchanged", "rejected"]
             .map(|outcome| inner.config_reloads.get_or_create_owned(&ReloadOutcome { outcome }));
@@ -238,6 +241,7 @@ impl Metrics {
             inner.upstream_reconnects.clone(),
         );
         inner.relays.register(r);
+        inner.purges.register(r);
         Self(Arc::new(Inner { registry, ..inner }))
     }
 
@@ -302,6 +306,11 @@ impl Metrics {
     /// A connection closed by `idle_timeout`.
     pub fn idle_closed(&self) {
         self.0.idle_closed.inc();
+    }
+
+    /// The operator purge counters, caught up with the cache's totals (before a render).
+    pub fn purges(&self, counts: &[crate::cache::PurgeCounts]) {
+        self.0.purges.catch_up(counts);
     }
 
     /// The notification delivery histogram (see [`crate::hub::Hub`]).

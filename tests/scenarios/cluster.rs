@@ -78,7 +78,7 @@ impl Redis {
     }
 
     /// Every key in Redis with its value's bytes (string values; other types as empty).
-    async fn dump(&self) -> Vec<(String, Vec<u8>)> {
+    pub(crate) async fn dump(&self) -> Vec<(String, Vec<u8>)> {
         let client = redis::Client::open(self.url()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
         let keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(&mut conn).await.unwrap();

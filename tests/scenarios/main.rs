@@ -22,6 +22,8 @@ mod listen;
 mod merge;
 mod namespace;
 mod ops;
+mod purge;
+mod purge_cluster;
 mod reload;
 mod rmcp_interop;
 mod stdio;
