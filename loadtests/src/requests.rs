@@ -211,7 +211,7 @@ impl RequestStats {
 }
 
 /// Picks a request kind by the mix's weights.
-fn pick(mix: &Mix, rng: &mut SmallRng) -> Kind {
+pub fn pick(mix: &Mix, rng: &mut SmallRng) -> Kind {
     let total = mix.total();
     let mut x = rng.random_range(0..total);
     for (w, kind) in
