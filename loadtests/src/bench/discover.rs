@@ -83,6 +83,15 @@ impl Session<'_> {
         let t0 = tokio::time::Instant::now();
         let (sent, whole) = exchange(conn, req, self.timeout).await;
         let took = t0.elapsed();
+        // A notification has no response: its 2xx (202 Accepted) is its success.
+        let sent = match sent {
+            Sent::Answered(mut r) if notify && r.kind == Kind::NoResponse && (200..300).contains(&r.status) => {
+                r.kind = Kind::Complete;
+                r.detail.clear();
+                Sent::Answered(r)
+            }
+            other => other,
+        };
         if !matches!(sent, Sent::Answered(_)) {
             self.conn = None;
         }
