@@ -119,11 +119,12 @@ struct Envelope<'a> {
     error: Option<ErrorObject>,
 }
 
+/// A JSON-RPC `error` object.
 #[derive(Deserialize)]
-struct ErrorObject {
-    code: i64,
+pub struct ErrorObject {
+    pub code: i64,
     #[serde(default)]
-    message: String,
+    pub message: String,
 }
 
 /// Whether a response's content type is an SSE stream.

@@ -6,21 +6,12 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use clap::Parser;
 use resmux::sample::{Sample, SampleHttp, SampleSpec};
 use resmux_load::bench::{self, BenchArgs};
 use tokio::io::AsyncBufReadExt;
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: BenchArgs,
-}
-
 fn args(list: &[&str]) -> BenchArgs {
-    let mut argv = vec!["bench"];
-    argv.extend_from_slice(list);
-    Cli::try_parse_from(argv).expect("valid flags").args
+    BenchArgs::from_argv(std::iter::once("bench").chain(list.iter().copied())).expect("valid flags")
 }
 
 async fn sample(spec: SampleSpec) -> SampleHttp {

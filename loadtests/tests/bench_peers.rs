@@ -11,7 +11,6 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use clap::Parser;
 use resmux_load::bench::{self, BenchArgs};
 use resmux_load::placement::Placement;
 use resmux_load::proxy::Proxy;
@@ -21,16 +20,8 @@ use tokio::process::{Child, Command};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: BenchArgs,
-}
-
 fn args(list: &[&str]) -> BenchArgs {
-    let mut argv = vec!["bench"];
-    argv.extend_from_slice(list);
-    Cli::try_parse_from(argv).expect("valid flags").args
+    BenchArgs::from_argv(std::iter::once("bench").chain(list.iter().copied())).expect("valid flags")
 }
 
 async fn bench(a: &BenchArgs) -> bench::output::BenchReport {

@@ -190,6 +190,20 @@ pub struct UserHeaders {
 }
 
 impl BenchArgs {
+    /// Parses `argv` (its first item the command's name) as the `bench` command line.
+    pub fn from_argv<I, T>(argv: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: BenchArgs,
+        }
+        <Cli as clap::Parser>::try_parse_from(argv).map(|c| c.args)
+    }
+
     /// Checks the flags against each other and reads the headers and the bearer token.
     pub fn validate(&self) -> Result<UserHeaders> {
         if self.duration.is_zero() || self.duration > MAX_DURATION {

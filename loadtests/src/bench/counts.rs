@@ -12,7 +12,7 @@ use super::args::Secrets;
 use super::reply::{Kind, Reply};
 use crate::histogram::Histogram;
 use crate::report::Latency;
-use crate::requests::{CacheCounts, Failure, add_failure};
+use crate::requests::{CacheCounts, Failure, add_failure, merge_failures};
 
 /// How one sent request ended.
 pub enum Sent {
@@ -176,13 +176,7 @@ impl Phase {
             self.methods.entry(k).or_default().merge(v);
         }
         self.connect_failures += o.connect_failures;
-        for (k, f) in &o.failures {
-            let e = self.failures.entry(k.clone()).or_default();
-            if e.count == 0 {
-                e.example = f.example.clone();
-            }
-            e.count += f.count;
-        }
+        merge_failures(&mut self.failures, &o.failures);
         self.latency.merge(&o.latency);
         self.service.merge(&o.service);
         if o.timeline.len() > self.timeline.len() {

@@ -26,7 +26,7 @@ use super::endpoint::{Endpoint, Era, json_string};
 use super::reply::{self, Kind, Reply};
 use crate::histogram::Histogram;
 use crate::report::Latency;
-use crate::requests::{Failure, add_failure};
+use crate::requests::{Failure, add_failure, merge_failures};
 use crate::wire::{self, StreamMessage};
 
 /// Largest SSE event a listener accepts.
@@ -64,13 +64,7 @@ impl ListenFigures {
         self.notifications += o.notifications;
         self.ack.merge(&o.ack);
         self.delivery.merge(&o.delivery);
-        for (k, f) in &o.failures {
-            let e = self.failures.entry(k.clone()).or_default();
-            if e.count == 0 {
-                e.example = f.example.clone();
-            }
-            e.count += f.count;
-        }
+        merge_failures(&mut self.failures, &o.failures);
     }
 
     /// Fills the percentile figures.

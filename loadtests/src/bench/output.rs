@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::counts::Phase;
 use super::listeners::ListenFigures;
 use crate::plot::{self, SweepLine};
-use crate::report::Latency;
+use crate::report::{Latency, thousands};
 
 /// The whole bench run.
 #[derive(Debug, Serialize)]
@@ -80,18 +80,6 @@ pub struct Summary {
     pub latency_ms: Latency,
     /// From the actual send.
     pub service_ms: Latency,
-}
-
-fn thousands(x: f64) -> String {
-    let s = format!("{:.0}", x.abs());
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if x < 0.0 { format!("-{out}") } else { out }
 }
 
 /// The Markdown summary.

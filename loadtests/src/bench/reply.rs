@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::conn::CACHE_HEADER;
-use crate::wire;
+use crate::wire::{self, ErrorObject};
 
 /// What an answer was.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,13 +47,6 @@ struct Envelope<'a> {
     result: Option<&'a RawValue>,
     #[serde(default)]
     error: Option<ErrorObject>,
-}
-
-#[derive(Deserialize)]
-struct ErrorObject {
-    code: i64,
-    #[serde(default)]
-    message: String,
 }
 
 #[derive(Deserialize)]
