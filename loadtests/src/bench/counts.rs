@@ -21,6 +21,8 @@ pub enum Sent {
     Timeout,
     /// The connection failed after the request was handed to it.
     Broken(String),
+    /// The connection closed before the request was written: the server never saw it.
+    NotSent(String),
 }
 
 /// The figures of one method in one phase.
@@ -87,8 +89,9 @@ impl MethodCounts {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Phase {
     pub methods: BTreeMap<&'static str, MethodCounts>,
-    /// Connection attempts that failed: no request was sent on them, so none is counted.
-    pub connect_failures: u64,
+    /// Requests that never left: no connection could be opened for them, or it closed before
+    /// the request was written. They are not in any method's `sent`.
+    pub not_sent: u64,
     /// Failure classes with a count and one example (secrets redacted).
     pub failures: BTreeMap<String, Failure>,
     #[serde(skip)]
@@ -111,6 +114,9 @@ impl Phase {
         at: Duration,
         secrets: &Secrets,
     ) {
+        if let Sent::NotSent(e) = sent {
+            return self.connect_failed(e, secrets);
+        }
         let m = self.methods.entry(method).or_default();
         m.sent += 1;
         let failure = match sent {
@@ -149,6 +155,7 @@ impl Phase {
                 m.cache.add(None);
                 Some(("timeout".to_owned(), "no answer within the timeout"))
             }
+            Sent::NotSent(_) => None,
             Sent::Broken(e) => {
                 m.broken += 1;
                 m.cache.add(None);
@@ -164,18 +171,18 @@ impl Phase {
         }
     }
 
-    /// Counts a connection that could not be opened.
+    /// Counts a request that could not be sent: `error` says why.
     pub fn connect_failed(&mut self, error: &str, secrets: &Secrets) {
-        self.connect_failures += 1;
-        let detail = if self.failures.contains_key("connect") { String::new() } else { secrets.redact(error) };
-        add_failure(&mut self.failures, "connect", &detail);
+        self.not_sent += 1;
+        let detail = if self.failures.contains_key("not sent") { String::new() } else { secrets.redact(error) };
+        add_failure(&mut self.failures, "not sent", &detail);
     }
 
     pub fn merge(&mut self, o: &Phase) {
         for (k, v) in &o.methods {
             self.methods.entry(k).or_default().merge(v);
         }
-        self.connect_failures += o.connect_failures;
+        self.not_sent += o.not_sent;
         merge_failures(&mut self.failures, &o.failures);
         self.latency.merge(&o.latency);
         self.service.merge(&o.service);
@@ -221,6 +228,7 @@ mod tests {
         p.record("tools/call", &Sent::Timeout, t, Duration::ZERO, &s);
         p.record("tools/call", &Sent::Broken("reset".into()), t, Duration::ZERO, &s);
         p.connect_failed("refused", &s);
+        p.record("tools/call", &Sent::NotSent("closed".into()), t, Duration::ZERO, &s);
         let read = &p.methods["resources/read"];
         assert_eq!((read.sent, read.ok, read.input_required, read.errors), (4, 2, 1, 2));
         assert_eq!(read.rpc_errors, BTreeMap::from([(-32602, 1), (-32002, 1)]));
@@ -228,7 +236,7 @@ mod tests {
         let call = &p.methods["tools/call"];
         assert_eq!((call.sent, call.errors, call.no_response, call.timeouts, call.broken), (3, 3, 1, 1, 1));
         assert_eq!(p.totals(), (7, 2, 5));
-        assert_eq!(p.connect_failures, 1);
+        assert_eq!(p.not_sent, 2);
         assert_eq!(p.timeline, vec![1, 1]);
         let mut q = Phase::default();
         q.merge(&p);

@@ -112,7 +112,7 @@ fn describe(sent: &Sent, secrets: &Secrets) -> String {
             _ => format!("HTTP {}: {}", r.status, secrets.redact(&r.detail)),
         },
         Sent::Timeout => "no answer within the timeout".into(),
-        Sent::Broken(e) => format!("connection failed: {}", secrets.redact(e)),
+        Sent::Broken(e) | Sent::NotSent(e) => format!("connection failed: {}", secrets.redact(e)),
     }
 }
 

@@ -78,6 +78,8 @@ pub struct Endpoint {
     /// The user's headers, on every request.
     headers: HeaderMap,
     timeout: Duration,
+    /// The HTTP version the first connection settled on (`HTTP/1.1`, `HTTP/2`).
+    negotiated: std::sync::OnceLock<&'static str>,
 }
 
 impl Endpoint {
@@ -127,12 +129,23 @@ impl Endpoint {
             http,
             headers,
             timeout,
+            negotiated: std::sync::OnceLock::new(),
         })
     }
 
     /// Whether the endpoint is on this machine (the bench's own tests stay on loopback).
     pub fn is_loopback(&self) -> bool {
         self.host == "localhost" || self.host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    }
+
+    /// The HTTP version in use, once a connection has been made.
+    pub fn http_version(&self) -> Option<&'static str> {
+        self.negotiated.get().copied()
+    }
+
+    fn note(&self, protocol: Protocol) -> Protocol {
+        let _ = self.negotiated.set(if protocol == Protocol::Http2 { "HTTP/2" } else { "HTTP/1.1" });
+        protocol
     }
 
     /// A new connection, within the request timeout.
@@ -150,7 +163,8 @@ impl Endpoint {
         let (host, uri) = (self.authority.clone(), self.absolute.clone());
         match &self.tls {
             None => {
-                let protocol = if self.http == HttpChoice::Http2 { Protocol::Http2 } else { Protocol::Http1 };
+                let protocol =
+                    self.note(if self.http == HttpChoice::Http2 { Protocol::Http2 } else { Protocol::Http1 });
                 Conn::handshake(TokioIo::new(tcp), protocol, uri, host, None).await
             }
             Some((config, name)) => {
@@ -162,7 +176,7 @@ impl Endpoint {
                 if self.http == HttpChoice::Http2 && !h2 {
                     bail!("the server did not agree to HTTP/2 (ALPN)");
                 }
-                let protocol = if h2 { Protocol::Http2 } else { Protocol::Http1 };
+                let protocol = self.note(if h2 { Protocol::Http2 } else { Protocol::Http1 });
                 Conn::handshake(TokioIo::new(tls), protocol, uri, host, None).await
             }
         }
@@ -229,6 +243,10 @@ pub async fn exchange(
     let answer = async { crate::conn::read_whole(conn.send(req).await?).await };
     match tokio::time::timeout(timeout, answer).await {
         Err(_) => (Sent::Timeout, None),
+        // hyper cancels a request it never wrote (the connection closed first).
+        Ok(Err(e)) if e.chain().any(|c| c.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_canceled)) => {
+            (Sent::NotSent(format!("{e:#}")), None)
+        }
         Ok(Err(e)) => (Sent::Broken(format!("{e:#}")), None),
         Ok(Ok((parts, body))) => (Sent::Answered(reply::classify(&parts, &body)), Some((parts, body))),
     }

@@ -18,7 +18,7 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use resmux::mcp::method as m;
 use resmux::upstream::ParamHeader;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -28,7 +28,7 @@ use super::discover::Workload;
 use super::endpoint::{Endpoint, exchange};
 use crate::conn::Conn;
 use crate::histogram::Histogram;
-use crate::requests::{Clock, pick};
+use crate::requests::{CONNECT_CONCURRENCY, Clock, pick};
 use crate::scenario::Mix;
 use crate::target::Kind;
 use crate::zipf::Zipf;
@@ -73,7 +73,6 @@ struct Shared {
     ep: Arc<Endpoint>,
     wl: Arc<Workload>,
     plan: Plan,
-    clock: Clock,
     secrets: Secrets,
     live: Arc<Live>,
     /// Open loop: the next schedule slot.
@@ -84,41 +83,70 @@ struct Shared {
     none: Arc<[ParamHeader]>,
 }
 
-/// Runs the load on `clock` (warm-up, then measurement) until its end, the cap, or `stop`.
-pub async fn run(
+/// Workers that are connected and waiting for the clock.
+pub struct Ready {
+    tasks: JoinSet<SegmentStats>,
+    go: watch::Sender<Option<Clock>>,
+}
+
+/// Spawns the workers and waits (up to the request timeout) until each has connected or
+/// failed to, so connection setup is not measured and every worker starts on one clock.
+pub async fn prepare(
     ep: Arc<Endpoint>,
     wl: Arc<Workload>,
     plan: Plan,
-    clock: Clock,
     secrets: Secrets,
     live: Arc<Live>,
     stop: watch::Receiver<bool>,
-) -> SegmentStats {
+) -> Ready {
     let shared = Arc::new(Shared {
         zipf: Zipf::new(wl.uris.len().max(1), plan.zipf_s),
         ep,
         wl,
         plan,
-        clock,
         secrets,
         live,
         tickets: AtomicU64::new(0),
         measured_begun: AtomicU64::new(0),
         none: Arc::from(Vec::new()),
     });
+    // One value, sent once: the clock every worker starts on.
+    let (go, go_rx) = watch::channel(None);
+    let connected = Arc::new(Semaphore::new(0));
+    let connecting = Arc::new(Semaphore::new(CONNECT_CONCURRENCY));
     let mut tasks = JoinSet::new();
     for w in 0..shared.plan.workers {
-        tasks.spawn(worker(w, shared.clone(), stop.clone()));
+        let start = Start { connected: connected.clone(), connecting: connecting.clone(), go: go_rx.clone() };
+        tasks.spawn(worker(w, shared.clone(), start, stop.clone()));
     }
-    let mut total = SegmentStats::default();
-    while let Some(joined) = tasks.join_next().await {
-        if let Ok(s) = joined {
-            total.warmup.merge(&s.warmup);
-            total.measured.merge(&s.measured);
-            total.unsent_scheduled += s.unsent_scheduled;
+    let all = shared.plan.workers as u32;
+    let deadline = shared.plan.timeout + Duration::from_secs(1);
+    let _ = tokio::time::timeout(deadline, connected.acquire_many(all)).await;
+    Ready { tasks, go }
+}
+
+impl Ready {
+    /// Starts every worker on `clock` (warm-up, then measurement) and merges their figures
+    /// when the last ends (its end, the cap, or `stop`).
+    pub async fn run(mut self, clock: Clock) -> SegmentStats {
+        let _ = self.go.send(Some(clock));
+        let mut total = SegmentStats::default();
+        while let Some(joined) = self.tasks.join_next().await {
+            if let Ok(s) = joined {
+                total.warmup.merge(&s.warmup);
+                total.measured.merge(&s.measured);
+                total.unsent_scheduled += s.unsent_scheduled;
+            }
         }
+        total
     }
-    total
+}
+
+/// How a worker joins the start.
+struct Start {
+    connected: Arc<Semaphore>,
+    connecting: Arc<Semaphore>,
+    go: watch::Receiver<Option<Clock>>,
 }
 
 /// The method and params of a request of `kind`.
@@ -131,12 +159,20 @@ fn request_of(kind: Kind, s: &Shared, rng: &mut SmallRng) -> (&'static str, Stri
     }
 }
 
-async fn worker(w: usize, s: Arc<Shared>, mut stop: watch::Receiver<bool>) -> SegmentStats {
+async fn worker(w: usize, s: Arc<Shared>, mut start: Start, mut stop: watch::Receiver<bool>) -> SegmentStats {
     let mut stats = SegmentStats::default();
+    // A failed attempt here is made again, and counted, by the first request.
+    let mut conn: Option<Conn> = match start.connecting.acquire().await {
+        Ok(_permit) => s.ep.connect().await.ok(),
+        Err(_) => None,
+    };
+    start.connected.add_permits(1);
+    let Ok(Some(clock)) = start.go.wait_for(Option::is_some).await.map(|c| *c) else {
+        return stats;
+    };
     // Seeds differ per worker but repeat across endpoints: both see the same requests.
     let mut rng = SmallRng::seed_from_u64(s.plan.seed ^ (w as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let period = s.plan.rate.map(|r| 1.0 / r);
-    let mut conn: Option<Conn> = None;
     let mut next_id = (w as u64) << 40;
     loop {
         if *stop.borrow() {
@@ -146,8 +182,8 @@ async fn worker(w: usize, s: Arc<Shared>, mut stop: watch::Receiver<bool>) -> Se
         let intended = match period {
             Some(p) => {
                 let k = s.tickets.fetch_add(1, Ordering::Relaxed);
-                let due = s.clock.start + Duration::from_secs_f64(k as f64 * p);
-                if due >= s.clock.end {
+                let due = clock.start + Duration::from_secs_f64(k as f64 * p);
+                if due >= clock.end {
                     break;
                 }
                 if due > Instant::now() {
@@ -156,7 +192,7 @@ async fn worker(w: usize, s: Arc<Shared>, mut stop: watch::Receiver<bool>) -> Se
                         _ = stop.wait_for(|v| *v) => break,
                     }
                 }
-                if Instant::now() >= s.clock.end {
+                if Instant::now() >= clock.end {
                     // Due in time but not sent in time: the backlog an overloaded server left.
                     stats.unsent_scheduled += 1;
                     continue;
@@ -165,13 +201,13 @@ async fn worker(w: usize, s: Arc<Shared>, mut stop: watch::Receiver<bool>) -> Se
             }
             None => {
                 let now = Instant::now();
-                if now >= s.clock.end {
+                if now >= clock.end {
                     break;
                 }
                 now
             }
         };
-        let measuring = intended >= s.clock.measure;
+        let measuring = intended >= clock.measure;
         if measuring
             && let Some(cap) = s.plan.cap
             && s.measured_begun.fetch_add(1, Ordering::Relaxed) >= cap
@@ -211,7 +247,7 @@ async fn worker(w: usize, s: Arc<Shared>, mut stop: watch::Receiver<bool>) -> Se
         } else if let Ok(mut h) = s.live.recent.lock() {
             h.record((done - intended).as_nanos() as u64);
         }
-        let since = done.saturating_duration_since(if measuring { s.clock.measure } else { s.clock.start });
+        let since = done.saturating_duration_since(if measuring { clock.measure } else { clock.start });
         phase.record(method, &sent, (done - intended, done - sent_at), since, &s.secrets);
     }
     stats

@@ -38,6 +38,8 @@ pub struct EndpointReport {
     pub url: String,
     /// `2026-07-28`, or the legacy version negotiated.
     pub protocol: String,
+    /// `HTTP/1.1` or `HTTP/2`, as the connections settled.
+    pub http: Option<&'static str>,
     pub server_info: Option<serde_json::Value>,
     pub resources_listed: u64,
     pub uris_in_workload: usize,
@@ -92,8 +94,9 @@ pub fn markdown(r: &BenchReport) -> String {
         let _ = writeln!(md, "### {}\n", e.url);
         let _ = writeln!(
             md,
-            "Server `{server}`, protocol {}; {} resources listed over {} page(s), {} in the workload{}.\n",
+            "Server `{server}`, protocol {} over {}; {} resources listed over {} page(s), {} in the workload{}.\n",
             e.protocol,
+            e.http.unwrap_or("?"),
             e.resources_listed,
             e.list_pages,
             e.uris_in_workload,

@@ -84,16 +84,15 @@ pub async fn run_all(
     let progress = !args.quiet;
     if !args.warmup.is_zero() {
         for st in &mut states {
-            let clock = Clock {
-                start: Instant::now(),
-                measure: Instant::now() + args.warmup,
-                end: Instant::now() + args.warmup,
-            };
             let live = Arc::new(Live::default());
+            let ready =
+                load::prepare(st.ep.clone(), st.wl.clone(), plan.clone(), secrets.clone(), live.clone(), stop.clone())
+                    .await;
+            // Measurement begins where the warm-up ends: all of this is warm-up.
+            let clock = Clock::starting_now(args.warmup, Duration::ZERO);
             let ticker =
                 progress.then(|| tokio::spawn(progress_line(format!("warm-up {}", st.ep.url), live.clone(), clock)));
-            let s =
-                load::run(st.ep.clone(), st.wl.clone(), plan.clone(), clock, secrets.clone(), live, stop.clone()).await;
+            let s = ready.run(clock).await;
             if let Some(t) = ticker {
                 t.abort();
             }
@@ -139,8 +138,9 @@ async fn run_segment(
         Some(l) => Some(l.await),
         None => None,
     };
-    let clock = Clock::starting_now(Duration::ZERO, segment);
     let live = Arc::new(Live::default());
+    let ready = load::prepare(st.ep.clone(), st.wl.clone(), plan, secrets.clone(), live.clone(), stop.clone()).await;
+    let clock = Clock::starting_now(Duration::ZERO, segment);
     let ticker = progress.then(|| tokio::spawn(progress_line(label.to_owned(), live.clone(), clock)));
     let triggering = async {
         match trigger {
@@ -148,8 +148,7 @@ async fn run_segment(
             None => BTreeMap::new(),
         }
     };
-    let load = load::run(st.ep.clone(), st.wl.clone(), plan, clock, secrets.clone(), live, stop.clone());
-    let (s, triggered) = tokio::join!(load, triggering);
+    let (s, triggered) = tokio::join!(ready.run(clock), triggering);
     let done = Instant::now();
     if let Some(t) = ticker {
         t.abort();
@@ -241,12 +240,12 @@ async fn progress_line(label: String, live: Arc<Live>, clock: Clock) {
 fn summary(st: &State, rate: Option<f64>) -> Summary {
     let (requests, ok, errors) = st.measured.totals();
     let secs = st.elapsed.as_secs_f64();
-    let attempts = requests + st.measured.connect_failures;
+    let attempts = requests + st.measured.not_sent;
     Summary {
         requests,
         ok,
         errors,
-        error_rate: if attempts > 0 { (errors + st.measured.connect_failures) as f64 / attempts as f64 } else { 0.0 },
+        error_rate: if attempts > 0 { (errors + st.measured.not_sent) as f64 / attempts as f64 } else { 0.0 },
         elapsed_s: (secs * 1000.0).round() / 1000.0,
         rps: if secs > 0.0 { (ok as f64 / secs).round() } else { 0.0 },
         mode: if rate.is_some() { "open" } else { "closed" },
@@ -274,6 +273,7 @@ fn report(args: &BenchArgs, headers: &UserHeaders, states: Vec<State>, interrupt
         endpoints.push(EndpointReport {
             url: headers.secrets.redact(&st.ep.url),
             protocol: st.wl.era.label(),
+            http: st.ep.http_version(),
             server_info: st.wl.server_info.clone(),
             resources_listed: st.wl.listed,
             uris_in_workload: st.wl.uris.len(),
