@@ -30,7 +30,8 @@ use endpoint::{Endpoint, HttpChoice};
 use output::BenchReport;
 
 /// Runs the bench as the command line asked, writes its outputs, and returns the exit
-/// status: 0, or 2 when the error rate is above `--max-error-rate`.
+/// status: 0; 2 when the error rate is above `--max-error-rate`; 130 when interrupted (the
+/// partial report is written all the same).
 pub async fn main(args: BenchArgs) -> Result<i32> {
     let headers = args.validate()?;
     let secrets = headers.secrets.clone();
@@ -51,7 +52,13 @@ pub async fn main(args: BenchArgs) -> Result<i32> {
     if args.json.as_ref().is_none_or(|p| p.as_os_str() != "-") {
         println!("{}", output::markdown(&report));
     }
-    Ok(if report.passed { 0 } else { 2 })
+    Ok(match (report.interrupted, report.passed) {
+        // As a shell reports a command ended by SIGINT, so that a script does not take the
+        // partial figures for a whole run.
+        (true, _) => 130,
+        (false, true) => 0,
+        (false, false) => 2,
+    })
 }
 
 /// Runs the bench and returns its report.
@@ -70,6 +77,10 @@ pub async fn run(args: &BenchArgs, headers: args::UserHeaders) -> Result<BenchRe
         if tokio::signal::ctrl_c().await.is_ok() {
             eprintln!("\nresmux-load: interrupted; finishing the requests in flight and writing the partial report");
             let _ = stop_tx.send(true);
+        }
+        // A second interrupt does not wait for the report.
+        if tokio::signal::ctrl_c().await.is_ok() {
+            std::process::exit(130);
         }
     });
     let result = rounds::run_all(args, &headers, endpoints, trigger, stop.clone()).await;

@@ -43,8 +43,9 @@ pub struct BenchArgs {
     /// Stop after this many measured requests per endpoint (or at --duration, whichever first).
     #[arg(long, value_name = "N")]
     pub requests: Option<u64>,
-    /// Closed loop: N clients, each sending its next request when the last is answered. In the
-    /// open loop (--rate), the number of requests that may be in flight at once.
+    /// Closed loop: N clients, each sending its next request when the last is answered (default
+    /// 16). In the open loop (--rate): most requests in flight at once (default 64), each on
+    /// its own connection.
     #[arg(long, short = 'c', value_name = "N")]
     pub concurrency: Option<usize>,
     /// Open loop: send R requests per second on a fixed schedule, whatever the answers do.

@@ -14,6 +14,11 @@ use crate::histogram::Histogram;
 use crate::report::Latency;
 use crate::requests::{CacheCounts, Failure, add_failure, merge_failures};
 
+/// Distinct JSON-RPC error codes, and failure classes, kept apart per method and phase; a
+/// server answering with ever new codes adds to `rpc_errors_other` (and the class
+/// `METHOD: other`) instead of growing the report without bound.
+pub const MAX_CLASSES: usize = 256;
+
 /// How one sent request ended.
 pub enum Sent {
     Answered(Reply),
@@ -38,8 +43,10 @@ pub struct MethodCounts {
     pub errors: u64,
     /// Answers per HTTP status (every answer, successful or not).
     pub http_status: BTreeMap<u16, u64>,
-    /// JSON-RPC errors per code.
+    /// JSON-RPC errors per code (at most [`MAX_CLASSES`] codes).
     pub rpc_errors: BTreeMap<i64, u64>,
+    /// JSON-RPC errors with a code beyond the first [`MAX_CLASSES`].
+    pub rpc_errors_other: u64,
     /// Answers without a JSON-RPC response (an HTTP error page, an empty body).
     pub no_response: u64,
     pub timeouts: u64,
@@ -68,14 +75,23 @@ impl MethodCounts {
             *self.http_status.entry(*k).or_default() += v;
         }
         for (k, v) in &o.rpc_errors {
-            *self.rpc_errors.entry(*k).or_default() += v;
+            self.add_rpc(*k, *v);
         }
+        self.rpc_errors_other += o.rpc_errors_other;
         self.no_response += o.no_response;
         self.timeouts += o.timeouts;
         self.broken += o.broken;
         self.cache.merge(&o.cache);
         self.latency.merge(&o.latency);
         self.service.merge(&o.service);
+    }
+
+    fn add_rpc(&mut self, code: i64, n: u64) {
+        if self.rpc_errors.len() < MAX_CLASSES || self.rpc_errors.contains_key(&code) {
+            *self.rpc_errors.entry(code).or_default() += n;
+        } else {
+            self.rpc_errors_other += n;
+        }
     }
 
     /// Fills the percentile figures from the histograms.
@@ -124,7 +140,7 @@ impl Phase {
                 *m.http_status.entry(r.status).or_default() += 1;
                 m.cache.add(r.cache.as_ref());
                 match r.kind {
-                    Kind::Rpc(code) => *m.rpc_errors.entry(code).or_default() += 1,
+                    Kind::Rpc(code) => m.add_rpc(code, 1),
                     Kind::NoResponse => m.no_response += 1,
                     Kind::InputRequired if r.is_ok() => m.input_required += 1,
                     _ => {}
@@ -164,7 +180,10 @@ impl Phase {
         };
         if let Some((class, detail)) = failure {
             m.errors += 1;
-            let key = format!("{method}: {class}");
+            let mut key = format!("{method}: {class}");
+            if self.failures.len() >= MAX_CLASSES && !self.failures.contains_key(&key) {
+                key = format!("{method}: other");
+            }
             // Only the first example of a class is kept, so only it is redacted.
             let detail = if self.failures.contains_key(&key) { String::new() } else { secrets.redact(detail) };
             add_failure(&mut self.failures, &key, &detail);
@@ -213,6 +232,20 @@ mod tests {
 
     fn reply(status: u16, kind: Kind) -> Sent {
         Sent::Answered(Reply { status, kind, detail: "d".into(), cache: None, session: None })
+    }
+
+    #[test]
+    fn ever_new_error_codes_do_not_grow_the_counts() {
+        let s = Secrets::default();
+        let mut p = Phase::default();
+        for code in 0..10_000 {
+            p.record("tools/call", &reply(400, Kind::Rpc(code)), (Duration::ZERO, Duration::ZERO), Duration::ZERO, &s);
+        }
+        let m = &p.methods["tools/call"];
+        assert_eq!(m.rpc_errors.len(), MAX_CLASSES);
+        assert_eq!(m.rpc_errors.values().sum::<u64>() + m.rpc_errors_other, 10_000);
+        assert!(p.failures.len() <= MAX_CLASSES + 1);
+        assert_eq!(p.failures.values().map(|f| f.count).sum::<u64>(), 10_000);
     }
 
     #[test]

@@ -102,6 +102,12 @@ pub fn markdown(r: &BenchReport) -> String {
             e.uris_in_workload,
             e.tool.as_ref().map_or(String::new(), |t| format!("; tool `{t}`"))
         );
+        let sent: Vec<String> = e.sent_by_method.iter().map(|(m, n)| format!("{m} {n}")).collect();
+        let _ = writeln!(
+            md,
+            "Requests sent over every phase (what the server's own counters should show): {}.\n",
+            sent.join(", ")
+        );
         let _ = writeln!(
             md,
             "| loop | req/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | service p99 ms | requests | errors | unsent |"
@@ -137,6 +143,9 @@ pub fn markdown(r: &BenchReport) -> String {
                         .filter(|(c, _)| !(200..300).contains(*c))
                         .map(|(c, n)| format!("http {c}: {n}")),
                 );
+                if m.rpc_errors_other > 0 {
+                    codes.push(format!("rpc (other codes): {}", m.rpc_errors_other));
+                }
                 if m.timeouts > 0 {
                     codes.push(format!("timeout: {}", m.timeouts));
                 }
