@@ -144,12 +144,18 @@ async fn run_segment(
     let ticker = progress.then(|| tokio::spawn(progress_line(label.to_owned(), live.clone(), clock)));
     let triggering = async {
         match trigger {
-            Some(t) => drive_trigger(t, args.trigger_rate, clock, listening.as_ref(), stop.clone()).await,
+            Some(t) => {
+                drive_trigger(t, (args.trigger_rate, args.timeout), clock, listening.as_ref(), stop.clone()).await
+            }
             None => BTreeMap::new(),
         }
     };
-    let (s, triggered) = tokio::join!(ready.run(clock), triggering);
-    let done = Instant::now();
+    // Measured time ends with the load's last answer, not with the trigger's last POST.
+    let load = async {
+        let s = ready.run(clock).await;
+        (s, Instant::now())
+    };
+    let ((s, done), triggered) = tokio::join!(load, triggering);
     if let Some(t) = ticker {
         t.abort();
         eprintln!();
@@ -178,7 +184,7 @@ async fn run_segment(
 /// POSTs `{}` to the trigger at `hz` through the segment; answers by status (0: none).
 async fn drive_trigger(
     t: &Endpoint,
-    hz: f64,
+    (hz, timeout): (f64, Duration),
     clock: Clock,
     listeners: Option<&Listeners>,
     mut stop: watch::Receiver<bool>,
@@ -190,6 +196,7 @@ async fn drive_trigger(
     loop {
         tokio::select! {
             at = ticks.tick() => if at >= clock.end { break },
+            _ = tokio::time::sleep_until(clock.end) => break,
             _ = stop.wait_for(|v| *v) => break,
         }
         if conn.is_none() {
@@ -202,7 +209,7 @@ async fn drive_trigger(
         if let Some(l) = listeners {
             l.triggered();
         }
-        let (sent, _) = exchange(c, t.post_json("{}"), Duration::from_secs(10)).await;
+        let (sent, _) = exchange(c, t.post_json("{}"), timeout).await;
         let status = match sent {
             super::counts::Sent::Answered(r) => r.status,
             _ => {
