@@ -158,7 +158,10 @@ async fn run_segment(
     let ((s, done), triggered) = tokio::join!(load, triggering);
     if let Some(t) = ticker {
         t.abort();
-        eprintln!();
+        // The in-place line is left for the next output to follow.
+        if std::io::stderr().is_terminal() {
+            eprintln!();
+        }
     }
     let mut measured = s.measured;
     // Rounds follow each other on the throughput timeline.
