@@ -180,7 +180,7 @@ async fn listeners_are_acknowledged_and_told_of_triggered_changes() {
     assert!(t.get(&200).is_some_and(|n| *n >= 5), "{t:?}");
     // Two of the six listen on `status`, which every trigger changes.
     assert!(l.notifications >= 2 * 5, "{l:?}");
-    assert!(l.delivery_ms.p50 > 0.0 && l.delivery_ms.p99 < 100.0, "{l:?}");
+    assert!(l.delivery_ms.p50 > 0.0 && l.delivery_ms.p99 < 1000.0, "{l:?}");
     assert_eq!(e.measured.methods["subscriptions/listen"].sent, 6);
     assert_eq!(up.sample.count("subscriptions/listen"), 6);
     task.abort();
