@@ -33,6 +33,8 @@ pub use crate::mcp::notify::Unsolicited;
 pub use credential::OnBehalf;
 pub use discovery::UpstreamInfo;
 pub use era::{Era, UpstreamSession};
+// The request headers a 2026-07-28 or legacy request carries, for other clients (resmux-load).
+pub use headers::{Headers, ParamHeader};
 pub use large::{Fetch, LargeBody};
 pub use relay::Relayed;
 pub use reply::{Malformed, Reply};

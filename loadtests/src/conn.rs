@@ -117,27 +117,42 @@ impl Conn {
         protocol: Protocol,
     ) -> Result<Self> {
         let stream = connect_tcp(addr, source, timeout).await?;
-        let io = TokioIo::new(stream);
+        let uri = http::Uri::try_from(format!("http://{addr}/mcp")).context("endpoint URI")?;
+        Self::handshake(TokioIo::new(stream), protocol, uri, host(addr), auth).await
+    }
+
+    /// A client on `io`, already connected (and, for https, already through TLS), speaking
+    /// `protocol` to `uri` (absolute: HTTP/2 sends its scheme and authority; HTTP/1.1 requests
+    /// carry `host` and their own path).
+    pub async fn handshake<I>(
+        io: I,
+        protocol: Protocol,
+        uri: http::Uri,
+        host: HeaderValue,
+        auth: Option<HeaderValue>,
+    ) -> Result<Self>
+    where
+        I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
         Ok(match protocol {
             Protocol::Http1 => {
                 let (sender, conn) = http1::handshake(io).await.context("HTTP/1.1 handshake")?;
-                Self::new(Sender::H1(sender), addr, auth, conn)
+                Self::new(Sender::H1(sender), host, auth, conn)
             }
             Protocol::Http2 => {
                 let (sender, conn) = http2::handshake(TokioExecutor::new(), io).await.context("HTTP/2 handshake")?;
-                let uri = http::Uri::try_from(format!("http://{addr}/mcp")).context("endpoint URI")?;
-                Self::new(Sender::H2(sender, uri), addr, auth, conn)
+                Self::new(Sender::H2(sender, uri), host, auth, conn)
             }
         })
     }
 
-    /// A client of `addr` on `sender`, whose connection `conn` runs in a task of its own.
-    fn new(sender: Sender, addr: SocketAddr, auth: Option<HeaderValue>, conn: impl Future + Send + 'static) -> Self {
+    /// A client of `host` on `sender`, whose connection `conn` runs in a task of its own.
+    fn new(sender: Sender, host: HeaderValue, auth: Option<HeaderValue>, conn: impl Future + Send + 'static) -> Self {
         let driver = tokio::spawn(async move {
             let _ = conn.await;
         })
         .abort_handle();
-        Self { sender, host: host(addr), auth, driver: Arc::new(Driver(driver)), next_id: 0 }
+        Self { sender, host, auth, driver: Arc::new(Driver(driver)), next_id: 0 }
     }
 
     /// Another client on this HTTP/2 connection, sending `auth`; `None` on HTTP/1.1, whose
@@ -165,7 +180,13 @@ impl Conn {
 
     /// Sends `op` with the given raw JSON id and returns the response head and streaming body.
     pub async fn send_with_id(&mut self, op: &Op, id: &str) -> Result<Response<Incoming>> {
-        let mut req = op.request(&self.host, self.auth.as_ref(), id);
+        let req = op.request(&self.host, self.auth.as_ref(), id);
+        self.send(req).await
+    }
+
+    /// Sends a request built by the caller (path-only URI and `Host`, as HTTP/1.1 sends it)
+    /// and returns the response head and streaming body.
+    pub async fn send(&mut self, mut req: http::Request<Full<Bytes>>) -> Result<Response<Incoming>> {
         match &mut self.sender {
             Sender::H1(sender) => {
                 sender.ready().await.context("connection closed")?;
@@ -184,13 +205,8 @@ impl Conn {
     pub async fn fetch(&mut self, op: &Op) -> Result<(http::response::Parts, Bytes)> {
         self.next_id += 1;
         let id = self.next_id.to_string();
-        let (parts, body) = self.send_with_id(op, &id).await?.into_parts();
-        let body = http_body_util::Limited::new(body, MAX_BODY)
-            .collect()
-            .await
-            .map_err(|e| anyhow::anyhow!("reading body: {e}"))?
-            .to_bytes();
-        Ok((parts, body))
+        let response = self.send_with_id(op, &id).await?;
+        read_whole(response).await
     }
 
     /// Sends `op` and classifies the answer. `Err` means the connection failed (the caller
@@ -203,4 +219,15 @@ impl Conn {
             cache: parts.headers.get(CACHE_HEADER).cloned(),
         })
     }
+}
+
+/// Reads a whole response body, up to [`MAX_BODY`].
+pub async fn read_whole(response: Response<Incoming>) -> Result<(http::response::Parts, Bytes)> {
+    let (parts, body) = response.into_parts();
+    let body = http_body_util::Limited::new(body, MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| anyhow::anyhow!("reading body: {e}"))?
+        .to_bytes();
+    Ok((parts, body))
 }

@@ -20,9 +20,12 @@
 //! - [`cluster`]: the cluster scenario, several replicas with and without a shared Redis.
 //! - [`external`]: servers for outside generators (wrk, oha), `loadtests/external/`.
 //! - [`instructions`]: instructions per cached read under callgrind, the CI regression gate.
+//! - [`bench`]: `resmux-load bench URL`, the load tester for any MCP endpoint (not started
+//!   by the generator), alone or against a second one.
 
 #![forbid(unsafe_code)]
 
+pub mod bench;
 pub mod ceiling;
 pub mod cluster;
 pub mod conn;

@@ -20,6 +20,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Load-test any MCP endpoint (yours): discover it, build a workload from what it lists,
+    /// drive it closed- or open-loop, optionally beside a second endpoint (--compare), and
+    /// write JSON, Markdown, SVG and HTML reports with exact per-method counts.
+    Bench(Box<resmux_load::bench::BenchArgs>),
     /// Run scenarios and write JSON, Markdown and SVG results.
     Run {
         /// Scenario files, or names in loadtests/scenarios (`hot-read`).
@@ -155,6 +159,12 @@ fn load_all(args: &[String]) -> Result<Vec<Scenario>> {
 #[tokio::main]
 async fn main() -> Result<()> {
     match Cli::parse().command {
+        Command::Bench(args) => {
+            let status = resmux_load::bench::main(*args).await?;
+            if status != 0 {
+                std::process::exit(status);
+            }
+        }
         Command::ServeCeiling { body } => resmux_load::ceiling::serve_child(&body).await?,
         Command::Instructions {
             resmux,

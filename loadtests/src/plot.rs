@@ -13,6 +13,16 @@ use crate::scenario::Side;
 
 const SIZE: (u32, u32) = (960, 540);
 
+/// Line colours of sweeps and bench plots, in order.
+const PALETTE: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(127, 127, 127),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+];
+
 fn color(side: Side, notify: bool) -> RGBColor {
     match (side, notify) {
         (Side::Proxy, false) => RGBColor(31, 119, 180),
@@ -87,7 +97,21 @@ fn nines_label(x: &f64) -> String {
 
 /// Draws `NAME-latency.svg`; false when there is nothing to draw.
 pub fn latency(r: &ScenarioReport, path: &Path) -> Result<bool> {
-    let series = latency_series(r);
+    draw_latency(&format!("{}: latency distribution", r.name), latency_series(r), path)
+}
+
+/// Draws latency distributions given as `[quantile, ms]` lines on the "nines" axis; false
+/// when there is nothing to draw.
+pub fn latency_lines(caption: &str, lines: Vec<SweepLine>, path: &Path) -> Result<bool> {
+    let series = lines
+        .into_iter()
+        .enumerate()
+        .map(|(i, l)| Series { label: l.label, color: PALETTE[i % PALETTE.len()], points: l.points })
+        .collect();
+    draw_latency(caption, series, path)
+}
+
+fn draw_latency(caption: &str, series: Vec<Series>, path: &Path) -> Result<bool> {
     if series.is_empty() {
         return Ok(false);
     }
@@ -98,7 +122,7 @@ pub fn latency(r: &ScenarioReport, path: &Path) -> Result<bool> {
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(format!("{}: latency distribution", r.name), ("sans-serif", 22))
+        .caption(caption, ("sans-serif", 22))
         .margin(16)
         .x_label_area_size(44)
         .y_label_area_size(70)
@@ -223,18 +247,10 @@ pub fn sweep(
     lines: Vec<SweepLine>,
     path: &Path,
 ) -> Result<()> {
-    const COLORS: [RGBColor; 6] = [
-        RGBColor(31, 119, 180),
-        RGBColor(127, 127, 127),
-        RGBColor(214, 39, 40),
-        RGBColor(44, 160, 44),
-        RGBColor(255, 127, 14),
-        RGBColor(148, 103, 189),
-    ];
     let series = lines
         .into_iter()
         .enumerate()
-        .map(|(i, l)| Series { label: l.label, color: COLORS[i % COLORS.len()], points: l.points })
+        .map(|(i, l)| Series { label: l.label, color: PALETTE[i % PALETTE.len()], points: l.points })
         .collect();
     let chart = Chart { caption: caption.to_owned(), x_desc, y_desc, log_y, legend: SeriesLabelPosition::UpperLeft };
     chart.draw(series, path)

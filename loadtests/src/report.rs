@@ -339,7 +339,8 @@ fn significant(x: f64) -> String {
     format!("{x:.decimals$}")
 }
 
-fn thousands(n: f64) -> String {
+/// `n` rounded, with thousands separated by commas.
+pub fn thousands(n: f64) -> String {
     let n = n.round() as i64;
     let s = n.abs().to_string();
     let mut out = String::new();

@@ -80,6 +80,17 @@ pub fn add_failure(table: &mut BTreeMap<String, Failure>, kind: &str, detail: &s
     f.count += 1;
 }
 
+/// Adds the failures of `from` to `into`, keeping the first example of each class.
+pub fn merge_failures(into: &mut BTreeMap<String, Failure>, from: &BTreeMap<String, Failure>) {
+    for (k, f) in from {
+        let e = into.entry(k.clone()).or_default();
+        if e.count == 0 {
+            e.example = f.example.clone();
+        }
+        e.count += f.count;
+    }
+}
+
 /// `resmux-cache` header values seen.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CacheCounts {
@@ -183,13 +194,7 @@ impl RequestStats {
             a.latency.merge(&b.latency);
             a.errors += b.errors;
         }
-        for (k, f) in &o.failures {
-            let e = self.failures.entry(k.clone()).or_default();
-            if e.count == 0 {
-                e.example = f.example.clone();
-            }
-            e.count += f.count;
-        }
+        merge_failures(&mut self.failures, &o.failures);
         self.cache.merge(&o.cache);
         if o.timeline.len() > self.timeline.len() {
             self.timeline.resize(o.timeline.len(), 0);
@@ -211,7 +216,7 @@ impl RequestStats {
 }
 
 /// Picks a request kind by the mix's weights.
-fn pick(mix: &Mix, rng: &mut SmallRng) -> Kind {
+pub fn pick(mix: &Mix, rng: &mut SmallRng) -> Kind {
     let total = mix.total();
     let mut x = rng.random_range(0..total);
     for (w, kind) in

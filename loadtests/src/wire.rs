@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 /// `_meta` of every request: version, capabilities, and who is asking.
-const META: &str = concat!(
+pub const META: &str = concat!(
     r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","#,
     r#""io.modelcontextprotocol/clientCapabilities":{},"#,
     r#""io.modelcontextprotocol/clientInfo":{"name":"resmux-load","version":"0.1.0"}}"#
@@ -119,11 +119,12 @@ struct Envelope<'a> {
     error: Option<ErrorObject>,
 }
 
+/// A JSON-RPC `error` object.
 #[derive(Deserialize)]
-struct ErrorObject {
-    code: i64,
+pub struct ErrorObject {
+    pub code: i64,
     #[serde(default)]
-    message: String,
+    pub message: String,
 }
 
 /// Whether a response's content type is an SSE stream.
@@ -131,27 +132,36 @@ pub fn is_sse(content_type: Option<&HeaderValue>) -> bool {
     content_type.and_then(|v| v.to_str().ok()).is_some_and(|v| v.trim_start().starts_with("text/event-stream"))
 }
 
+/// The JSON-RPC response in a complete answer: the JSON body itself, or the event of an SSE
+/// body that carries the response (an `id` and no `method`). `None` when an SSE body holds no
+/// response.
+pub fn response_json(sse: bool, body: &[u8]) -> Option<std::borrow::Cow<'_, [u8]>> {
+    if !sse {
+        return Some(std::borrow::Cow::Borrowed(body));
+    }
+    let mut decoder = SseDecoder::new(body.len() + 1);
+    decoder.push(body);
+    // A trailing blank line dispatches an event the stream ended without terminating.
+    decoder.push(b"\n\n");
+    while let Ok(Some(event)) = decoder.next_event() {
+        let is_response =
+            serde_json::from_str::<Envelope>(&event.data).is_ok_and(|env| env.id.is_some() && env.method.is_none());
+        if is_response {
+            return Some(std::borrow::Cow::Owned(event.data.into_bytes()));
+        }
+    }
+    None
+}
+
 /// Classifies a complete answer: the JSON body, or the JSON-RPC response inside an SSE body.
 pub fn classify(status: StatusCode, sse: bool, body: &[u8]) -> Outcome {
-    if sse {
-        let mut decoder = SseDecoder::new(body.len() + 1);
-        decoder.push(body);
-        // A trailing blank line dispatches an event the stream ended without terminating.
-        decoder.push(b"\n\n");
-        while let Ok(Some(event)) = decoder.next_event() {
-            if let Ok(env) = serde_json::from_str::<Envelope>(&event.data)
-                && env.id.is_some()
-                && env.method.is_none()
-            {
-                return classify_envelope(status, env);
-            }
-        }
+    let Some(json) = response_json(sse, body) else {
         return Outcome::failed(
             format!("http {} sse without response", status.as_u16()),
             String::from_utf8_lossy(&body[..body.len().min(200)]),
         );
-    }
-    match serde_json::from_slice::<Envelope>(body) {
+    };
+    match serde_json::from_slice::<Envelope>(&json) {
         Ok(env) => classify_envelope(status, env),
         Err(_) => {
             Outcome::failed(format!("http {}", status.as_u16()), String::from_utf8_lossy(&body[..body.len().min(200)]))
