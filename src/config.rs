@@ -11,6 +11,8 @@ mod listen;
 mod load;
 mod proxy;
 mod reload;
+mod secret;
+mod trust;
 mod upstream;
 mod validate;
 pub use validate::forbidden_header;

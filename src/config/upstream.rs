@@ -7,6 +7,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::AllowRule;
+pub use super::secret::{SecretError, SecretSource};
+pub use super::trust::{PublicPolicy, TrustPublic};
 
 /// One upstream server. Exactly one of `url` and `command` is set.
 #[derive(Debug, Clone, Deserialize)]
@@ -204,79 +206,6 @@ pub enum CacheScopeDefault {
     Public,
 }
 
-/// Whether an upstream's `cacheScope: "public"` is believed (DESIGN §4). `public` is a claim,
-/// not a fact: several SDKs stamp it on every result by default, so an upstream that knows
-/// the caller may well call a per-user answer public. Spelt `"auto"`, `true` or `false`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum TrustPublic {
-    /// Believed only where the upstream request carries nothing that identifies the caller
-    /// (a static credential, client credentials, or none); behind a per-caller credential
-    /// (`token_exchange`) a `public` answer is kept in the caller's partition.
-    #[default]
-    Auto,
-    /// Always believed: the operator vouches that the upstream's `public` is true.
-    Always,
-    /// Never believed: every answer is kept per caller.
-    Never,
-}
-
-impl<'de> Deserialize<'de> for TrustPublic {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Spelt {
-            Flag(bool),
-            Word(String),
-        }
-        match Spelt::deserialize(d)? {
-            Spelt::Flag(true) => Ok(TrustPublic::Always),
-            Spelt::Flag(false) => Ok(TrustPublic::Never),
-            Spelt::Word(w) if w == "auto" => Ok(TrustPublic::Auto),
-            Spelt::Word(w) => {
-                Err(serde::de::Error::custom(format!("trust_public is \"auto\", true or false, not \"{w}\"")))
-            }
-        }
-    }
-}
-
-impl TrustPublic {
-    /// As the config spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TrustPublic::Auto => "auto",
-            TrustPublic::Always => "true",
-            TrustPublic::Never => "false",
-        }
-    }
-}
-
-/// What [`TrustPublic`] comes to for one upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PublicPolicy {
-    /// `public` answers are shared.
-    Trusted,
-    /// `auto` behind a per-caller credential: `public` answers are kept per caller.
-    PerCaller,
-    /// `trust_public = false`: `public` answers are kept per caller.
-    Refused,
-}
-
-impl PublicPolicy {
-    /// Whether a `public` answer may be shared between callers.
-    pub fn shares(self) -> bool {
-        self == PublicPolicy::Trusted
-    }
-
-    /// A short reason, for the admin page and logs.
-    pub fn describe(self) -> &'static str {
-        match self {
-            PublicPolicy::Trusted => "public answers shared",
-            PublicPolicy::PerCaller => "public kept per caller (per-caller credential)",
-            PublicPolicy::Refused => "public kept per caller (trust_public = false)",
-        }
-    }
-}
-
 /// How the proxy authenticates to one upstream (DESIGN §6). Whatever the kind, the downstream
 /// caller's own `Authorization` header and cookies never reach the upstream.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
@@ -400,56 +329,6 @@ pub enum ProxyRequests {
     ClientCredentials,
     /// No `Authorization` header.
     None,
-}
-
-/// Why a secret cannot be read.
-#[derive(Debug, thiserror::Error)]
-pub enum SecretError {
-    #[error("environment variable `{var}` is not set")]
-    Env {
-        var: String,
-        #[source]
-        source: std::env::VarError,
-    },
-    #[error("cannot read `{}`", path.display())]
-    File {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("set exactly one of `env`, `file` or `value`")]
-    Ambiguous,
-}
-
-/// A secret value: from an environment variable, a file, or (discouraged) inline.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct SecretSource {
-    /// Name of an environment variable holding the value.
-    #[serde(default)]
-    pub env: Option<String>,
-    /// Path of a file holding the value (trailing newline trimmed).
-    #[serde(default)]
-    pub file: Option<PathBuf>,
-    /// The value itself. Avoid for real credentials: config files get copied around.
-    #[serde(default)]
-    pub value: Option<String>,
-}
-
-impl SecretSource {
-    /// Reads the secret.
-    pub fn resolve(&self) -> Result<String, SecretError> {
-        match (&self.env, &self.file, &self.value) {
-            (Some(var), None, None) => {
-                std::env::var(var).map_err(|source| SecretError::Env { var: var.clone(), source })
-            }
-            (None, Some(path), None) => std::fs::read_to_string(path)
-                .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
-                .map_err(|source| SecretError::File { path: path.clone(), source }),
-            (None, None, Some(v)) => Ok(v.clone()),
-            _ => Err(SecretError::Ambiguous),
-        }
-    }
 }
 
 fn yes() -> bool {
