@@ -18,9 +18,9 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::client::HttpClient;
 use crate::config::{AuthConfig, AuthMode};
 use crate::headers::{Headers, Known};
-use crate::upstream::http::HttpClient;
 
 /// Who an authenticated caller is.
 pub struct Identity {

@@ -22,7 +22,8 @@
 //! - [`config`]: the configuration file; [`app`] builds the running proxy from it.
 //! - [`admin`]: the operations listener: metrics, health, readiness, the dashboard.
 //! - [`sample`]: a built-in MCP server for the demo, tests and load tests.
-//! - [`telemetry`] sets up logging; [`tls`] builds the rustls configurations of both sides.
+//! - [`telemetry`] sets up logging; [`tls`] builds the rustls configurations of both sides;
+//!   [`client`] is the outbound HTTP client every layer that talks HTTP outward shares.
 
 #![forbid(unsafe_code)]
 
@@ -30,6 +31,7 @@ pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod cache;
+pub mod client;
 pub mod cluster;
 pub mod config;
 pub mod downstream;

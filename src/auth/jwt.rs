@@ -28,8 +28,8 @@ use tokio::sync::{Mutex, RwLock};
 use tokio::time::Instant;
 
 use super::Identity;
+use crate::client::HttpClient;
 use crate::config::JwtConfig;
-use crate::upstream::http::HttpClient;
 use crate::whole::whole;
 
 /// Largest JWKS document accepted.

@@ -63,7 +63,7 @@ impl Exporter {
 /// from there.
 #[derive(Debug)]
 struct Client {
-    client: crate::upstream::http::HttpClient,
+    client: crate::client::HttpClient,
     runtime: tokio::runtime::Handle,
 }
 

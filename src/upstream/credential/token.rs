@@ -16,8 +16,8 @@ use zeroize::Zeroizing;
 use super::{
     CredentialError, CredentialSetupError, GRANT_TOKEN_EXCHANGE, Issued, MAX_TOKEN_RESPONSE, TOKEN_TYPE_ACCESS,
 };
+use crate::client::HttpClient;
 use crate::config::{ClientAuth, OAuthClient};
-use crate::upstream::http::HttpClient;
 use crate::whole::whole;
 
 /// A client of one token endpoint.
