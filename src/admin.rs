@@ -29,8 +29,14 @@ use crate::config::{AdminConfig, OnError};
 use crate::downstream::origin::OriginPolicy;
 use crate::hub::Hub;
 use crate::router::Router;
-use crate::telemetry::Snapshot;
-use crate::telemetry::metrics::UpstreamState;
+pub use crate::status::metrics_text;
+
+/// What `POST /admin/reload` runs: the app's reloader, handed in by the app (the admin
+/// listener sits below it and does not know how a config is applied).
+pub trait ReloadTrigger: Send + Sync {
+    /// Loads the config file again and applies it: what changed, as JSON, or every problem.
+    fn reload(&self) -> futures_util::future::BoxFuture<'_, Result<Value, Vec<String>>>;
+}
 
 /// The dashboard: one static page, no build step, no CDN.
 const PAGE: &str = include_str!("admin/page.html");
@@ -51,7 +57,7 @@ struct Inner {
     hosts: OriginPolicy,
     history: History,
     /// Applies `POST /admin/reload`; absent, the route answers 404.
-    reloader: Option<crate::app::Reloader>,
+    reloader: Option<Arc<dyn ReloadTrigger>>,
     /// `[admin] max_body_bytes`.
     max_body_bytes: u64,
     /// `[admin] cache_view_top`.
@@ -74,7 +80,7 @@ impl Admin {
     }
 
     /// Serves `POST /admin/reload` with `reloader`.
-    pub fn with_reloader(self, reloader: crate::app::Reloader) -> Self {
+    pub fn with_reloader(self, reloader: Arc<dyn ReloadTrigger>) -> Self {
         let mut inner = Arc::into_inner(self.0).expect("the admin view is configured before it is shared");
         inner.reloader = Some(reloader);
         Self(Arc::new(inner))
@@ -87,12 +93,12 @@ impl Admin {
         let Some(reloader) = &self.0.reloader else {
             return text(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "not found\n".into());
         };
-        match reloader.reload_file().await {
+        match reloader.reload().await {
             Ok(report) => text(StatusCode::OK, "application/json", json!({"ok": true, "report": report}).to_string()),
-            Err(e) => text(
+            Err(problems) => text(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "application/json",
-                json!({"ok": false, "errors": e.problems()}).to_string(),
+                json!({"ok": false, "errors": problems}).to_string(),
             ),
         }
     }
@@ -265,37 +271,6 @@ impl Admin {
             _ => text(StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "not found\n".into()),
         }
     }
-}
-
-/// The Prometheus text of `router`'s metrics, with the gauges that are read at scrape time.
-pub fn metrics_text(router: &Router, hub: &Hub) -> String {
-    let cache = router.cache();
-    let upstreams = router.upstreams();
-    router.metrics().purges(&cache.purge_counts());
-    let snapshot = Snapshot {
-        cache_bytes: cache.weighted_size(),
-        cache_entries: cache.entry_count(),
-        listeners: hub.listener_count(),
-        upstream_listens: (upstreams.iter())
-            .map(|u| (u.name().to_owned(), hub.upstream_listens_opened(u.slot() as usize)))
-            .collect(),
-        watched_uris: (upstreams.iter())
-            .map(|u| (u.name().to_owned(), cache.watches().len(u.slot() as usize) as u64))
-            .collect(),
-        watch_fallbacks: cache.watches().fallbacks(),
-        cache_by_upstream: (upstreams.iter())
-            .map(|u| (u.name().to_owned(), cache.figures(u.slot() as usize)))
-            .collect(),
-        upstreams: (upstreams.iter())
-            .map(|u| UpstreamState {
-                name: u.name().to_owned(),
-                healthy: u.info().is_some(),
-                era: u.era_kind(),
-                reconnects: u.reconnects(),
-            })
-            .collect(),
-    };
-    router.metrics().render(&snapshot)
 }
 
 fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {

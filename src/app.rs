@@ -178,7 +178,8 @@ impl Core {
                 tracker: tracker.clone(),
             },
         );
-        let admin = Admin::new(router.clone(), hub.clone(), &config.admin, admin_addr).with_reloader(reloader.clone());
+        let admin = Admin::new(router.clone(), hub.clone(), &config.admin, admin_addr)
+            .with_reloader(Arc::new(reloader.clone()));
         admin.start_sampler(Duration::from_secs(2), cancel.clone(), &tracker);
         Ok(Self {
             router,

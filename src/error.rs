@@ -111,7 +111,7 @@ pub enum UpstreamErrorKind {
     Protocol { reason: String },
     /// A message the proxy cannot use, with what was wrong with it.
     #[error("broke the protocol: {0}")]
-    Malformed(#[source] crate::upstream::Malformed),
+    Malformed(#[source] crate::jsonrpc::Malformed),
     #[error("answered HTTP {status}")]
     Status { status: u16 },
     #[error("sent a message over {limit} bytes")]
@@ -123,14 +123,16 @@ pub enum UpstreamErrorKind {
     #[error("has no credential: {source}")]
     Credential {
         #[source]
-        source: Arc<crate::upstream::credential::CredentialError>,
+        source: Arc<dyn std::error::Error + Send + Sync>,
+        /// Whether a later attempt may get one (the token endpoint was unreachable, say).
+        transient: bool,
     },
 }
 
 impl std::fmt::Display for UpstreamError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.kind {
-            UpstreamErrorKind::Credential { source } => {
+            UpstreamErrorKind::Credential { source, .. } => {
                 write!(f, "no credential for upstream `{}`: {source}", self.upstream)
             }
             kind => write!(f, "upstream `{}` {kind}", self.upstream),
@@ -192,7 +194,7 @@ impl Error {
             Error::Upstream(e) => {
                 e.is_retryable()
                     || matches!(e.kind, UpstreamErrorKind::Timeout { .. })
-                    || matches!(&e.kind, UpstreamErrorKind::Credential { source } if source.is_transient())
+                    || matches!(e.kind, UpstreamErrorKind::Credential { transient: true, .. })
             }
             Error::Internal(_) => true,
         }
@@ -250,7 +252,7 @@ impl Error {
                 if let UpstreamErrorKind::Tls { reason } = &u.kind {
                     data["tls"] = json!(reason);
                 }
-                if let UpstreamErrorKind::Credential { source } = &u.kind {
+                if let UpstreamErrorKind::Credential { source, .. } = &u.kind {
                     data["credential"] = json!(crate::tls::error_chain(source.as_ref()));
                 }
                 (status, RpcError::new(code::INTERNAL_ERROR, msg).with_data(data))

@@ -12,6 +12,7 @@ mod incoming;
 mod inline;
 mod lex;
 mod raw_object;
+mod reply;
 mod rpc_error;
 pub mod scan;
 
@@ -22,6 +23,7 @@ pub use encode::{
 pub use incoming::{DEFAULT_MAX_DEPTH, Incoming, Kind, MAX_DEPTH_LIMIT, MessageError, RequestId};
 pub use lex::JsonError;
 pub use raw_object::{RawJson, RawObject, raw_str};
+pub use reply::{Malformed, Reply};
 pub use rpc_error::{RpcError, code};
 
 /// Parses any JSON text into a borrowed raw value, checking it is well-formed.

@@ -43,6 +43,7 @@ pub mod mcp;
 pub mod periodic;
 pub mod router;
 pub mod sample;
+pub mod status;
 pub mod telemetry;
 pub mod tls;
 pub mod upstream;

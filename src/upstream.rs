@@ -14,7 +14,7 @@ pub mod large;
 pub mod legacy;
 pub mod listen;
 pub mod relay;
-mod reply;
+
 mod request;
 pub mod sse;
 pub mod stats;
@@ -34,10 +34,10 @@ pub use credential::OnBehalf;
 pub use discovery::UpstreamInfo;
 pub use era::{Era, UpstreamSession};
 // The request headers a 2026-07-28 or legacy request carries, for other clients (resmux-load).
+pub use crate::jsonrpc::{Malformed, Reply};
 pub use headers::{Headers, ParamHeader};
 pub use large::{Fetch, LargeBody};
 pub use relay::Relayed;
-pub use reply::{Malformed, Reply};
 
 use crate::config::{Transport as TransportConfig, UpstreamConfig};
 use crate::mcp;

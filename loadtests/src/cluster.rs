@@ -32,7 +32,7 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use resmux::mcp::method as m;
 use resmux::sample::Sample;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
@@ -45,7 +45,8 @@ use crate::placement::Placement;
 use crate::proxy::Proxy;
 use crate::report::Latency;
 use crate::requests::{CONNECT_TIMEOUT, CacheCounts, Clock, Failure, add_failure};
-use crate::scenario::{Dur, Scenario};
+pub use crate::scenario::ClusterSpec;
+use crate::scenario::Scenario;
 use crate::servers::on_servers;
 use crate::target::{Addressing, sample_spec, upstream_name};
 use crate::wire::{Op, Outcome};
@@ -57,68 +58,6 @@ const SHARED_SECRET: &str = "resmux-load-cluster-shared-secret-0123456789";
 const UP_DEADLINE: Duration = Duration::from_secs(20);
 /// How long listeners get to connect and be acknowledged.
 const LISTEN_DEADLINE: Duration = Duration::from_secs(60);
-
-/// The `[cluster]` table of a scenario file.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ClusterSpec {
-    /// Replicas of the proxy. Default 3.
-    pub replicas: usize,
-    /// Cold keys read one at a time for the hit-path latencies. Default 200.
-    pub probe_keys: usize,
-    /// Changes made while the listeners are open. Default 4.
-    pub changes: u64,
-    /// Pause after the last listener is acknowledged, before the upstream listens are counted
-    /// (interest is published and leases settle). Default 2 s.
-    pub settle: Dur,
-    /// `lease_ttl` of the upstream-listen lease. Default 2 s.
-    pub lease_ttl: Dur,
-    /// The `redis-server` binary. Default `redis-server` (the `RESMUX_REDIS_SERVER`
-    /// environment variable overrides it).
-    pub redis_server: String,
-}
-
-impl Default for ClusterSpec {
-    fn default() -> Self {
-        Self {
-            replicas: 3,
-            probe_keys: 200,
-            changes: 4,
-            settle: Dur(Duration::from_secs(2)),
-            lease_ttl: Dur(Duration::from_secs(2)),
-            redis_server: "redis-server".into(),
-        }
-    }
-}
-
-impl ClusterSpec {
-    /// The rules a cluster scenario breaks.
-    pub fn problems(&self, s: &Scenario) -> Vec<String> {
-        let mut p = Vec::new();
-        let mut check = |ok: bool, msg: &str| {
-            if !ok {
-                p.push(msg.to_owned());
-            }
-        };
-        check((2..=8).contains(&self.replicas), "`cluster.replicas` must be within 2..=8");
-        check(self.probe_keys <= 10_000, "`cluster.probe_keys` must be at most 10000");
-        check((1..=100).contains(&self.changes), "`cluster.changes` must be within 1..=100");
-        check(self.settle.0 <= Duration::from_secs(30), "`cluster.settle` must be at most 30s");
-        check(
-            (Duration::from_millis(300)..=Duration::from_secs(60)).contains(&self.lease_ttl.0),
-            "`cluster.lease_ttl` must be within [300ms, 1m]",
-        );
-        check(s.upstreams == 1, "a cluster scenario has one upstream (`upstreams = 1`)");
-        check(s.requests.is_some_and(|n| n <= 1_000_000), "a cluster scenario needs `requests` (at most 1000000)");
-        check(s.clients >= 1 && s.clients <= 1_000, "a cluster scenario needs 1..=1000 `clients`");
-        check(s.resources + self.probe_keys <= crate::scenario::limits::RESOURCES, "too many resources");
-        p
-    }
-
-    fn redis_binary(&self) -> PathBuf {
-        std::env::var_os("RESMUX_REDIS_SERVER").map_or_else(|| PathBuf::from(&self.redis_server), PathBuf::from)
-    }
-}
 
 /// A `redis-server` of this run's own, on a free loopback port, with no persistence.
 pub struct Redis {

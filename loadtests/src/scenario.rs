@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+mod cluster;
+pub use cluster::ClusterSpec;
+
 /// What the load is sent to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -174,8 +177,8 @@ pub struct Scenario {
     /// Merged into every generated `[[upstream]]` (e.g. `max_in_flight = 256`).
     pub upstream_config: toml::Table,
     /// Makes this a cluster scenario (`resmux-load run cluster`): several replicas of the
-    /// proxy, measured with and without a shared Redis. See [`crate::cluster`].
-    pub cluster: Option<crate::cluster::ClusterSpec>,
+    /// proxy, measured with and without a shared Redis. See `crate::cluster`.
+    pub cluster: Option<ClusterSpec>,
 }
 
 impl Default for Scenario {

@@ -361,3 +361,14 @@ impl Plan {
         plan
     }
 }
+
+impl crate::admin::ReloadTrigger for Reloader {
+    fn reload(&self) -> futures_util::future::BoxFuture<'_, Result<serde_json::Value, Vec<String>>> {
+        Box::pin(async move {
+            match self.reload_file().await {
+                Ok(report) => Ok(serde_json::to_value(report).unwrap_or(serde_json::Value::Null)),
+                Err(e) => Err(e.problems()),
+            }
+        })
+    }
+}

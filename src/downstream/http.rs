@@ -148,7 +148,7 @@ impl Endpoint {
     /// The Prometheus text exposition (the data listener's optional copy of the admin
     /// listener's `/metrics`).
     fn metrics(&self) -> Resp {
-        let mut resp = plain(StatusCode::OK, &crate::admin::metrics_text(&self.0.router, &self.0.hub));
+        let mut resp = plain(StatusCode::OK, &crate::status::metrics_text(&self.0.router, &self.0.hub));
         resp.headers_mut().insert(
             CONTENT_TYPE,
             HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),

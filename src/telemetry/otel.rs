@@ -100,7 +100,7 @@ pub(super) fn start(config: &TelemetryConfig) -> Result<Option<(Exporter, opente
     let Some(endpoint) = &config.otlp_endpoint else { return Ok(None) };
     let runtime = tokio::runtime::Handle::try_current()
         .map_err(|_| "telemetry.otlp_endpoint: trace export needs the tokio runtime".to_owned())?;
-    let client = Client { client: crate::upstream::http::client(), runtime };
+    let client = Client { client: crate::client::client(), runtime };
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Upstream;
 use super::backoff::Backoff;
-use super::reply::Malformed;
+use crate::jsonrpc::Malformed;
 use crate::mcp;
 
 /// The parts of an upstream's `DiscoverResult` the proxy uses.

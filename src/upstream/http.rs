@@ -9,10 +9,10 @@ use http_body_util::{Either, Full};
 
 use super::ProgressSink;
 use super::large::{Fetch, LargeBody};
-use super::reply::Reply;
 use super::sse::{SseError, SseStream};
 pub use crate::client::{HttpClient, client, tls_client};
 use crate::error::{UpstreamError, UpstreamErrorKind};
+use crate::jsonrpc::Reply;
 use crate::jsonrpc::{Incoming, Kind};
 use crate::mcp;
 use crate::tls;

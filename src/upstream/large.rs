@@ -11,9 +11,9 @@ use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::reply::Reply;
 use super::sse::SseData;
 use crate::error::{UpstreamError, UpstreamErrorKind};
+use crate::jsonrpc::Reply;
 
 /// An upstream's answer to a request that may be relayed.
 pub enum Fetch {

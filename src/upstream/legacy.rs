@@ -8,9 +8,9 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use super::discovery::UpstreamInfo;
-use super::reply::{Malformed, Reply};
 use crate::config::{CacheScopeDefault, UpstreamConfig};
 use crate::jsonrpc::{Incoming, RawObject, RpcError, code, encode_error, encode_result, raw_str};
+use crate::jsonrpc::{Malformed, Reply};
 use crate::mcp::method as m;
 
 /// Legacy revisions the proxy speaks to upstreams, newest first.

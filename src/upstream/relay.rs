@@ -10,10 +10,10 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::http::{self, Headers, HttpTransport};
-use super::reply::Reply;
 use super::sse::SseStream;
 use super::{Era, OnBehalf, ProgressSink, Transport, Upstream, legacy};
 use crate::error::{UpstreamError, UpstreamErrorKind};
+use crate::jsonrpc::Reply;
 use crate::jsonrpc::encode_request;
 use crate::jsonrpc::{Incoming, Kind};
 use tokio::time::{Instant, timeout_at};

@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::backoff::Backoff;
-use super::reply::Reply;
 use crate::error::{UpstreamError, UpstreamErrorKind};
+use crate::jsonrpc::Reply;
 use crate::jsonrpc::{Incoming, Kind, encode_notification};
 use crate::mcp::notify::{Change, Unsolicited, subscription_of};
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::jsonrpc::{Incoming, Kind, MessageError, RpcError};
+use super::{Incoming, Kind, MessageError, RpcError};
 
 /// A message from an upstream that the proxy cannot use: the upstream side broke the protocol
 /// (it becomes [`crate::error::UpstreamErrorKind::Malformed`]).
