@@ -8,7 +8,9 @@
 //! ```
 //!
 //! Modules, in the order a request flows through them:
-//! - [`downstream`]: the Streamable HTTP endpoint, transport checks and spec validation.
+//! - [`downstream`]: the Streamable HTTP endpoint, transport checks and spec validation; the
+//!   HTTP machinery under it (acceptor, lean path, bodies, timers) is `resmux_http`'s, and
+//!   [`headers`] is the endpoint's header vocabulary for its views.
 //! - [`jsonrpc`]: the codec, the one place JSON-RPC is parsed and written.
 //! - [`mcp`]: protocol vocabulary (versions, `_meta` keys, headers, methods, lists, the listen
 //!   filter, changes and notices), a leaf that both sides share and that imports neither.
@@ -31,7 +33,6 @@ pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod cache;
-pub mod client;
 pub mod cluster;
 pub mod config;
 pub mod downstream;
@@ -45,6 +46,6 @@ pub mod router;
 pub mod sample;
 pub mod status;
 pub mod telemetry;
-pub mod tls;
 pub mod upstream;
-pub mod whole;
+
+pub use resmux_http::{client, tls, whole};

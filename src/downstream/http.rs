@@ -29,16 +29,10 @@ use crate::router::{Call, Router};
 use crate::telemetry::{Metrics, Rejection};
 use crate::whole::{WholeError, whole};
 
+mod service;
+
 /// What the endpoint reads of a request before its body.
-#[derive(Clone, Copy)]
-pub(super) struct Front<'a> {
-    pub method: &'a Method,
-    /// The target's path.
-    pub path: &'a str,
-    /// The target's authority (an absolute-form target's), which stands for `Host`.
-    pub authority: Option<&'a str>,
-    pub headers: Headers<'a>,
-}
+type Front<'a> = resmux_http::Front<'a, Known>;
 
 /// The endpoint: a cheap handle shared by every connection.
 #[derive(Clone)]
@@ -113,7 +107,7 @@ impl Endpoint {
     }
 
     /// 408 with `Connection: close` for a body not in within `body_timeout` of its head.
-    pub(super) fn body_timed_out(&self) -> Resp {
+    fn body_timed_out(&self) -> Resp {
         self.0.metrics.rejection(Rejection::BodyTimeout);
         let mut resp = respond::error(None, DownstreamError::BodyTimeout { after: self.0.body_timeout }.into());
         resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
@@ -121,27 +115,27 @@ impl Endpoint {
     }
 
     /// The MCP endpoint's path.
-    pub(super) fn path(&self) -> &str {
+    fn path(&self) -> &str {
         &self.0.path
     }
 
     /// The largest request body accepted.
-    pub(super) fn max_body(&self) -> usize {
+    fn max_body(&self) -> usize {
         self.0.max_body
     }
 
     /// How long a request body may take after its head.
-    pub(super) fn body_timeout(&self) -> std::time::Duration {
+    fn body_timeout(&self) -> std::time::Duration {
         self.0.body_timeout
     }
 
     /// How long one write to a client may take: the slow-listener time.
-    pub(super) fn slow_write(&self) -> std::time::Duration {
+    fn slow_write(&self) -> std::time::Duration {
         self.0.hub.config().slow_listener_timeout
     }
 
     /// The metrics the listener counts its rejections in.
-    pub(super) fn telemetry(&self) -> &Metrics {
+    fn telemetry(&self) -> &Metrics {
         &self.0.metrics
     }
 
@@ -202,7 +196,7 @@ impl Endpoint {
     /// Serves one request whose head is `front` and whose body is `body`, from `peer`, in its
     /// own `request` span: [`Self::serve_from`] for a request hyper parsed, the lean path's
     /// own for one it read.
-    pub(super) async fn serve_front<B>(&self, front: Front<'_>, body: B, peer: Option<std::net::IpAddr>) -> Resp
+    async fn serve_front<B>(&self, front: Front<'_>, body: B, peer: Option<std::net::IpAddr>) -> Resp
     where
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 /// Open connections per peer address. An entry exists only while its count is positive, so
 /// the map holds at most `max_connections` entries. IPv6 peers are counted per /64, the block
 /// one host is normally given, so that one host cannot take a fresh address per connection.
-pub(super) struct PerIp {
+pub struct PerIp {
     limit: usize,
     /// Whether loopback peers count too (`[listen] limit_loopback`); by default a process on
     /// the same host (a sidecar's app, a load generator) is not held to a per-address bound.
@@ -16,15 +16,15 @@ pub(super) struct PerIp {
 }
 
 /// One connection's place in [`PerIp`]; dropping it frees the place.
-pub(super) struct IpSlot(Option<(Arc<PerIp>, IpAddr)>);
+pub struct IpSlot(Option<(Arc<PerIp>, IpAddr)>);
 
 impl PerIp {
-    pub(super) fn new(limit: usize, loopback: bool) -> Self {
+    pub fn new(limit: usize, loopback: bool) -> Self {
         Self { limit, loopback, counts: Mutex::new(HashMap::new()) }
     }
 
     /// A place for one more connection from `ip`, or `None` at the limit.
-    pub(super) fn take(self: &Arc<Self>, ip: IpAddr) -> Option<IpSlot> {
+    pub fn take(self: &Arc<Self>, ip: IpAddr) -> Option<IpSlot> {
         if self.limit == 0 || (!self.loopback && ip.to_canonical().is_loopback()) {
             return Some(IpSlot(None));
         }
@@ -40,7 +40,7 @@ impl PerIp {
 }
 
 /// The key a peer address is counted under: IPv4 (and IPv4-mapped IPv6) as is, IPv6 by /64.
-pub(super) fn ip_key(ip: IpAddr) -> IpAddr {
+pub fn ip_key(ip: IpAddr) -> IpAddr {
     match ip.to_canonical() {
         IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
         v4 => v4,

@@ -32,7 +32,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Rewind<T> {
     }
 }
 
-crate::downstream::write_through!(Rewind);
+crate::io::write_through!(Rewind);
 
 #[cfg(test)]
 mod tests {

@@ -13,14 +13,14 @@
 //! - `max_header_bytes`: hyper's `max_header_size` (checked on partial heads too, so an
 //!   unfinished head cannot grow past it) and `max_buf_size` (the read buffer); hyper answers a
 //!   larger head with `431` (no body) and closes.
-//! - `header_timeout` / `idle_timeout`: [`super::watch`], a per-connection timer. hyper's own
+//! - `header_timeout` / `idle_timeout`: [`crate::conn_timer`], a per-connection timer. hyper's own
 //!   `header_read_timeout` starts when hyper begins *waiting* for a head — at accept, and on a
 //!   keep-alive connection as soon as the previous response is written — so on its own it
-//!   would make the idle time between requests equal to the header timeout. The watch tells
+//!   would make the idle time between requests equal to the header timeout. The timer tells
 //!   the two apart: the head deadline runs from the head's first byte, the idle deadline from
 //!   the end of the last response. hyper gets no timer: its header timeout would only ever
-//!   fire after the watch's, and arming it costs a timer entry per request. With HTTP/2 the
-//!   watch counts streams in flight, and any frame read while idle counts as a head begun.
+//!   fire after the timer's, and arming it costs a timer entry per request. With HTTP/2 the
+//!   timer counts streams in flight, and any frame read while idle counts as a head begun.
 //! - `max_connections_per_ip`: counted at accept; see [`refuse`].
 
 use std::convert::Infallible;
@@ -41,16 +41,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::Endpoint;
-use super::coalesce::Coalesced;
-use super::lean::{self, Lean, Takes};
-use super::per_ip::{IpSlot, PerIp};
-use super::quiet::Quiet;
-use super::watch::{Expired, Tracked, Watch, Watched};
-use crate::config::ListenConfig;
-use crate::error::DownstreamError;
-use crate::jsonrpc::encode_error;
-use crate::telemetry::{Metrics, Rejection};
+use crate::coalesce::Coalesced;
+use crate::conn_timer::{ConnTimer, Expired, Timed, Tracked};
+use crate::lean::{self, Lean, Takes};
+use crate::per_ip::{IpSlot, PerIp};
+use crate::quiet::Quiet;
+use crate::service::{ConnEvent, Service};
 
 /// How long a refused connection is drained after its 429, so that closing it does not reset
 /// the 429 away; and how many refused connections may be draining at once (beyond that they
@@ -61,7 +57,7 @@ const MAX_LINGERING: usize = 64;
 /// How long a client gets to complete the TLS handshake.
 const HANDSHAKE: Duration = Duration::from_secs(10);
 
-/// The connection limits of `[listen]`.
+/// The connection limits of a listener.
 #[derive(Debug, Clone)]
 pub struct Limits {
     pub max_connections: usize,
@@ -75,36 +71,20 @@ pub struct Limits {
     pub http2: bool,
     /// `SETTINGS_MAX_CONCURRENT_STREAMS` of an HTTP/2 connection.
     pub http2_max_concurrent_streams: u32,
-    /// Serve clear-text HTTP/1.1 listen streams on the lean path ([`super::lean`]).
-    pub lean_listens: bool,
+    /// Serve clear-text HTTP/1.1 streams (requests with the service's marker) on the lean
+    /// path ([`crate::lean`]).
+    pub lean_streams: bool,
     /// Serve other small HTTP/1.1 POSTs on the lean path too.
     pub lean_requests: bool,
 }
 
-impl From<&ListenConfig> for Limits {
-    fn from(c: &ListenConfig) -> Self {
-        Self {
-            max_connections: c.max_connections,
-            max_connections_per_ip: c.max_connections_per_ip,
-            limit_loopback: c.limit_loopback,
-            header_timeout: c.header_timeout,
-            idle_timeout: c.idle_timeout,
-            max_header_bytes: c.max_header_bytes,
-            http2: c.http2,
-            http2_max_concurrent_streams: c.http2_max_concurrent_streams,
-            lean_listens: c.lean_listens,
-            lean_requests: c.lean_requests,
-        }
-    }
-}
-
-/// Serves `endpoint` on `listener` until `cancel`, then gives open connections `drain` to
-/// finish their in-flight requests (listen streams end with their result at `cancel` too).
+/// Serves `service` on `listener` until `cancel`, then gives open connections `drain` to
+/// finish their in-flight requests (the service ends its streams at `cancel` too).
 /// With `tls`, every connection is TLS (its ALPN list should offer `h2` only when `http2` is
 /// set).
-pub async fn serve(
+pub async fn serve<S: Service>(
     listener: TcpListener,
-    endpoint: Endpoint,
+    service: S,
     limits: Limits,
     tls: Option<Arc<rustls::ServerConfig>>,
     drain: Duration,
@@ -119,21 +99,18 @@ pub async fn serve(
     let force = CancellationToken::new();
     let local = listener.local_addr().ok();
     // One span for the listener, one per connection under it, one per request under that (in
-    // `Endpoint::serve_from`): the shape of linkerd2-proxy's server stack.
-    let listener_span = tracing::info_span!("serve", listener = "mcp", addr = ?local, tls = tls.is_some());
-    let metrics = endpoint.telemetry().clone();
+    // the service): the shape of linkerd2-proxy's server stack.
+    let listener_span = tracing::info_span!("serve", listener = S::LABEL, addr = ?local, tls = tls.is_some());
     // Each connection holds a permit; at the bound, accepting pauses (the kernel backlog holds
     // further connections) instead of failing them. Idle connections give theirs back after
     // `idle_timeout`, so a crowd of silent sockets cannot hold the bound forever.
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let per_ip = Arc::new(PerIp::new(limits.max_connections_per_ip, limits.limit_loopback));
     let lingering = Arc::new(Semaphore::new(MAX_LINGERING));
-    let refusal = refusal();
+    let refusal = service.refusal();
     // hyper rejects a buffer under 8192 bytes; config validation enforces that minimum.
     let buf = limits.max_header_bytes.max(8192);
-    // No hyper timer (so no `header_read_timeout`): the watch times heads and idle connections.
-    let mut http1 = hyper::server::conn::http1::Builder::new();
-    http1.max_header_size(limits.max_header_bytes).max_buf_size(buf);
+    let http1 = http1_builder(limits.max_header_bytes);
     let mut auto = auto::Builder::new(TokioExecutor::new());
     // The dual-protocol builder has no `max_header_size`; its read-buffer cap bounds the head.
     auto.http1().max_buf_size(buf);
@@ -141,7 +118,7 @@ pub async fn serve(
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
         .max_concurrent_streams(limits.http2_max_concurrent_streams);
     // The request target every lean request has (anything else is hyper's).
-    let uri = lean::target(endpoint.path());
+    let uri = lean::target(service.path());
     loop {
         let permit = tokio::select! {
             _ = cancel.cancelled() => break,
@@ -160,29 +137,25 @@ pub async fn serve(
         };
         let Some(slot) = per_ip.take(peer.ip()) else {
             drop(permit);
-            metrics.rejection(Rejection::PerIp);
+            service.observe(ConnEvent::RefusedPerIp);
             tracing::debug!(%peer, "refused: max_connections_per_ip");
             refuse(stream, refusal.clone(), &lingering, &tasks);
             continue;
         };
         let _ = stream.set_nodelay(true);
         let span = tracing::info_span!(parent: &listener_span, "conn", peer = %peer);
-        let watch = Watch::new(limits.header_timeout, limits.idle_timeout);
-        let lean_endpoint = endpoint.clone();
-        let endpoint = endpoint.clone();
-        let service = service_fn({
-            let watch = watch.clone();
+        let timer = ConnTimer::new(limits.header_timeout, limits.idle_timeout);
+        let hyper_service = service_fn({
+            let (timer, service) = (timer.clone(), service.clone());
             move |req| {
-                let in_flight = watch.begin();
-                let endpoint = endpoint.clone();
+                let in_flight = timer.begin();
+                let service = service.clone();
                 async move {
-                    Ok::<_, Infallible>(
-                        endpoint.serve_from(req, Some(peer.ip())).await.map(|b| Tracked::new(b, in_flight)),
-                    )
+                    Ok::<_, Infallible>(service.serve(req, Some(peer.ip())).await.map(|b| Tracked::new(b, in_flight)))
                 }
             }
         });
-        let held = Held { permit, slot, peer, watch: watch.clone(), metrics: metrics.clone(), force: force.clone() };
+        let held = Held { permit, slot, peer, timer: timer.clone(), service: service.clone(), force: force.clone() };
         if let Some(acceptor) = &tls {
             let (acceptor, watcher, cancel) = (acceptor.clone(), graceful.watcher(), cancel.clone());
             let (http1, auto, http2) = (http1.clone(), auto.clone(), limits.http2);
@@ -197,27 +170,29 @@ pub async fn serve(
                         },
                     };
                     if http2 {
-                        let io = TokioIo::new(Coalesced::new(Watched::new(stream, watch)));
-                        run_connection(watcher.watch(auto.serve_connection(io, service).into_owned()), held).await;
+                        let io = TokioIo::new(Coalesced::new(Timed::new(stream, timer)));
+                        run_connection(watcher.watch(auto.serve_connection(io, hyper_service).into_owned()), held)
+                            .await;
                     } else {
-                        let io = TokioIo::new(Watched::new(stream, watch));
-                        run_connection(watcher.watch(http1.serve_connection(io, service)), held).await;
+                        let io = TokioIo::new(Timed::new(stream, timer));
+                        run_connection(watcher.watch(http1.serve_connection(io, hyper_service)), held).await;
                     }
                 }
                 .instrument(span),
             );
             continue;
         }
-        if (limits.lean_listens || limits.lean_requests)
+        if (limits.lean_streams || limits.lean_requests)
             && !limits.http2
             && let Some(uri) = &uri
         {
+            let (marker, marker_value) = S::STREAM_MARKER;
             let lean = Lean {
-                endpoint: lean_endpoint,
-                takes: Takes { listens: limits.lean_listens, requests: limits.lean_requests },
+                service: service.clone(),
+                takes: Takes { streams: limits.lean_streams, requests: limits.lean_requests, marker, marker_value },
                 uri: uri.clone(),
                 peer,
-                watch: watch.clone(),
+                timer: timer.clone(),
                 max_head: limits.max_header_bytes,
                 cancel: cancel.clone(),
                 http1: http1.clone(),
@@ -225,18 +200,21 @@ pub async fn serve(
             };
             // Pinned in a box of its own: moved into `run_connection`'s select, it is not
             // stored twice in the connection's task.
-            let conn = Box::pin(lean::serve(Watched::new(stream, watch), lean, service));
+            let conn = Box::pin(lean::serve(Timed::new(stream, timer), lean, hyper_service));
             tasks.spawn(run_connection(conn, held).instrument(span));
             continue;
         }
         if limits.http2 {
-            let io = TokioIo::new(Coalesced::new(Watched::new(stream, watch)));
+            let io = TokioIo::new(Coalesced::new(Timed::new(stream, timer)));
             tasks.spawn(
-                run_connection(graceful.watch(auto.serve_connection(io, service).into_owned()), held).instrument(span),
+                run_connection(graceful.watch(auto.serve_connection(io, hyper_service).into_owned()), held)
+                    .instrument(span),
             );
         } else {
-            let io = TokioIo::new(Watched::new(stream, watch));
-            tasks.spawn(run_connection(graceful.watch(http1.serve_connection(io, service)), held).instrument(span));
+            let io = TokioIo::new(Timed::new(stream, timer));
+            tasks.spawn(
+                run_connection(graceful.watch(http1.serve_connection(io, hyper_service)), held).instrument(span),
+            );
         }
     }
     drop(listener);
@@ -253,30 +231,41 @@ pub async fn serve(
     }
 }
 
+/// hyper's HTTP/1 settings for a head bound of `max_header_bytes`: `max_header_size`, and the
+/// read buffer (at least hyper's smallest). No hyper timer (so no `header_read_timeout`): the
+/// connection timer times heads and idle connections.
+pub(crate) fn http1_builder(max_header_bytes: usize) -> hyper::server::conn::http1::Builder {
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1.max_header_size(max_header_bytes).max_buf_size(max_header_bytes.max(8192));
+    http1
+}
+
 /// What a connection holds until it ends.
-struct Held {
+struct Held<S> {
     permit: OwnedSemaphorePermit,
     slot: IpSlot,
     peer: SocketAddr,
-    watch: Arc<Watch>,
-    metrics: Metrics,
+    timer: Arc<ConnTimer>,
+    /// Counts how the connection ended.
+    service: S,
     /// Fires when the drain is over: the connection is dropped.
     force: CancellationToken,
 }
 
-/// Runs one connection to its end (or until its watch expires, which drops it and so closes
+/// Runs one connection to its end (or until its timer expires, which drops it and so closes
 /// the socket); its permit and per-IP slot are freed then.
-async fn run_connection<C, E>(conn: C, held: Held)
+async fn run_connection<C, E, S>(conn: C, held: Held<S>)
 where
     C: Future<Output = Result<(), E>>,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S: Service,
 {
     {
-        let Held { permit, slot, peer, watch, metrics, force } = held;
+        let Held { permit, slot, peer, timer, service, force } = held;
         // The deadlines are polled only when they fire, not at every wake-up of the socket.
         let deadlines = Quiet::new(async {
             tokio::select! {
-                why = watch.expired() => Some(why),
+                why = timer.expired() => Some(why),
                 _ = force.cancelled() => None,
             }
         });
@@ -285,7 +274,7 @@ where
             r = conn => if let Err(e) = r {
                 let e = e.into();
                 match e.downcast_ref::<hyper::Error>() {
-                    Some(h) if h.is_parse_too_large() => metrics.rejection(Rejection::HeaderTooLarge),
+                    Some(h) if h.is_parse_too_large() => service.observe(ConnEvent::HeaderTooLarge),
                     _ => {}
                 }
                 tracing::debug!(%peer, error = %e, "downstream connection ended with error");
@@ -293,8 +282,8 @@ where
             stop = deadlines => match stop {
                 Some(why) => {
                     match why {
-                        Expired::Header => metrics.rejection(Rejection::HeaderTimeout),
-                        Expired::Idle => metrics.idle_closed(),
+                        Expired::Header => service.observe(ConnEvent::HeaderTimeout),
+                        Expired::Idle => service.observe(ConnEvent::IdleClosed),
                     }
                     tracing::debug!(%peer, ?why, "downstream connection timed out");
                 }
@@ -303,22 +292,6 @@ where
         }
         drop((permit, slot));
     }
-}
-
-/// The answer to a connection over `max_connections_per_ip`.
-fn refusal() -> Bytes {
-    let (status, err) =
-        crate::error::Error::from(DownstreamError::LimitReached("too many connections from this address".into()))
-            .to_jsonrpc();
-    let body = encode_error(None, &err);
-    let head = format!(
-        "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\n\
-         content-length: {}\r\n\r\n",
-        status.as_u16(),
-        status.canonical_reason().unwrap_or(""),
-        body.len()
-    );
-    [head.as_bytes(), &body[..]].concat().into()
 }
 
 /// Answers a connection over `max_connections_per_ip` with `429` and `Retry-After`, and closes
@@ -340,22 +313,4 @@ fn refuse(stream: TcpStream, answer: Bytes, lingering: &Arc<Semaphore>, tasks: &
         let _ = tokio::time::timeout(REFUSE_LINGER, drain).await;
         drop(permit);
     });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_refusal_is_a_complete_429() {
-        let r = refusal();
-        let text = std::str::from_utf8(&r).unwrap();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap();
-        assert!(head.starts_with("HTTP/1.1 429 Too Many Requests\r\n"), "{head}");
-        assert!(head.contains("retry-after: 1") && head.contains("connection: close"));
-        assert!(head.contains(&format!("content-length: {}", body.len())));
-        let v: serde_json::Value = serde_json::from_str(body).unwrap();
-        assert!(v["id"].is_null());
-        assert_eq!(v["error"]["code"], -32600);
-    }
 }

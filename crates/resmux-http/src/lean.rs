@@ -1,19 +1,21 @@
-//! The lean connection path (issue #14: 100,000 listeners per box, and a cache hit at the
-//! speed of a bare server). hyper's HTTP/1 connection keeps an 8 KiB read buffer and an 8 KiB
-//! write buffer for its whole life, which is most of what an idle listen stream costs, and its
-//! dispatcher is a good part of what a cached read costs. Here a clear-text HTTP/1.1
-//! connection's requests are read into a small buffer and their heads parsed with `httparse`.
-//! A small `POST` to the endpoint (a `subscriptions/listen` with `[listen] lean_listens`, any
-//! other with `lean_requests`) is served by the same endpoint code as on hyper's path
-//! (`Endpoint::serve_front`, which reads its headers where they were read, through
-//! [`crate::headers::Raw`]: every transport, Origin, Host, auth, rate, version and validation
-//! check, and every status and JSON-RPC error, are the endpoint's), and its response is
-//! written here: a whole
+//! The lean connection path: 100,000 listeners per box, and a cached read at the speed of a
+//! bare server. hyper's HTTP/1 connection keeps an 8 KiB read buffer and an 8 KiB write
+//! buffer for its whole life, which is most of what an idle stream costs, and its dispatcher
+//! is a good part of what a small request costs. Here a clear-text HTTP/1.1 connection's
+//! requests are read into a small buffer and their heads parsed with `httparse`. A small
+//! `POST` to the service's path (a stream, told by the service's marker header, with
+//! `Limits::lean_streams`; any other with `lean_requests`) is answered by the same service
+//! code as on hyper's path ([`Service::serve_front`], which reads its headers where they
+//! were read, through [`crate::headers::Raw`]), and its response is written here: a whole
 //! body in one vectored write, a stream with a buffer the size of each frame. The connection
-//! then waits for its next request the same way. Anything else is handed to hyper with the
-//! bytes read so far, exactly as if hyper had read them, and hyper serves the connection from
-//! that request on.
+//! then waits for its next request the same way. Anything else (including a head over
+//! `max_header_bytes`, whatever the reads that brought it) is handed to hyper with the bytes
+//! read so far, exactly as if hyper had read them, and hyper serves the connection from that
+//! request on: the framing rules are hyper's, and `tests/framing.rs` holds the two paths to
+//! the same answers on arbitrary byte streams.
 
+#[cfg(test)]
+mod framing;
 mod head;
 mod rewind;
 mod write;
@@ -33,16 +35,16 @@ use hyper_util::server::graceful::Watcher;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-pub(super) use self::head::Takes;
-use self::head::{Parsed, Ranges};
+pub use self::head::Takes;
+use self::head::{Bounds, Parsed, Ranges};
 use self::rewind::Rewind;
 use self::write::Ended;
-use super::Endpoint;
-use super::deadline::lazy_timeout;
-use super::http::Front;
-use super::quiet::Quiet;
-use super::watch::{InFlight, Watch};
+use crate::conn_timer::{ConnTimer, InFlight};
+use crate::deadline::lazy_timeout;
 use crate::headers::{Headers, Raw};
+use crate::quiet::Quiet;
+use crate::respond::Resp;
+use crate::service::{Front, Service};
 
 /// The first read's buffer; it doubles up to the head bound as a head needs.
 const FIRST_READ: usize = 1024;
@@ -53,14 +55,14 @@ const MAX_LEAN_BODY: usize = 64 << 10;
 const KEEP_BUFFER: usize = 8 << 10;
 
 /// What the lean path needs of its connection.
-pub(super) struct Lean {
-    pub endpoint: Endpoint,
+pub(crate) struct Lean<S: Service> {
+    pub service: S,
     /// Which requests it serves.
-    pub takes: Takes,
-    /// The endpoint's path, as every lean request's target.
+    pub takes: Takes<S::Known>,
+    /// The service's path, as every lean request's target.
     pub uri: Uri,
     pub peer: SocketAddr,
-    pub watch: Arc<Watch>,
+    pub timer: Arc<ConnTimer>,
     /// `max_header_bytes`: a longer head is hyper's to refuse (431).
     pub max_head: usize,
     /// The listener's shutdown: a connection waiting for a request's head closes, and one
@@ -72,8 +74,8 @@ pub(super) struct Lean {
     pub watcher: Watcher,
 }
 
-/// The endpoint's path as a request target (`None`: not one, and the lean path is not used).
-pub(super) fn target(path: &str) -> Option<Uri> {
+/// The service's path as a request target (`None`: not one, and the lean path is not used).
+pub(crate) fn target(path: &str) -> Option<Uri> {
     Uri::from_maybe_shared(Bytes::copy_from_slice(path.as_bytes())).ok().filter(|u| u.path() == path)
 }
 
@@ -102,14 +104,15 @@ impl Shutdown {
 }
 
 /// Serves one connection: its requests here while the lean path takes them, the rest with
-/// hyper.
-pub(super) async fn serve<T, S>(mut io: T, lean: Lean, service: S) -> Result<(), hyper::Error>
+/// hyper (`hyper_service`: the same service, as hyper calls it).
+pub(crate) async fn serve<T, S, H>(mut io: T, lean: Lean<S>, hyper_service: H) -> Result<(), hyper::Error>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    S: HttpService<Incoming>,
-    S::Error: Into<Box<dyn StdError + Send + Sync>>,
-    S::ResBody: 'static,
-    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn StdError + Send + Sync>>,
+    S: Service,
+    H: HttpService<Incoming>,
+    H::Error: Into<Box<dyn StdError + Send + Sync>>,
+    H::ResBody: 'static,
+    <H::ResBody as hyper::body::Body>::Error: Into<Box<dyn StdError + Send + Sync>>,
 {
     let mut buf = BytesMut::new();
     // Made again after a stream, which does without it (see below).
@@ -127,7 +130,7 @@ where
             Next::HandOff(read) => {
                 // hyper's own graceful shutdown takes over.
                 drop(shutdown);
-                return hand_off(read, io, lean, service).await;
+                return hand_off(read, io, lean, hyper_service).await;
             }
             Next::Done => return Ok(()),
             Next::Serve { resp, close, rest, in_flight } => {
@@ -148,10 +151,10 @@ where
         }
         // At shutdown the answer says the connection closes, as hyper's graceful shutdown does.
         let close = close || stopping(&shutdown);
-        let ended = write::response(&mut io, *resp, close, lean.endpoint.slow_write(), &mut buf).await;
+        let ended = write::response(&mut io, *resp, close, lean.service.slow_write(), &mut buf).await;
         drop(in_flight);
         if ended != Ended::KeepAlive || stopping(&shutdown) {
-            let _ = tokio::time::timeout(lean.endpoint.slow_write(), io.shutdown()).await;
+            let _ = tokio::time::timeout(lean.service.slow_write(), io.shutdown()).await;
             return Ok(());
         }
     }
@@ -168,24 +171,26 @@ enum Next {
     /// Answered: `resp` is to be written (`close`: the client asked to close after it),
     /// `rest` is the connection's buffer with what was read past the request, and the request
     /// stays in flight until written.
-    Serve { resp: Box<super::respond::Resp>, close: bool, rest: BytesMut, in_flight: InFlight },
+    Serve { resp: Box<Resp>, close: bool, rest: BytesMut, in_flight: InFlight },
 }
 
 /// Reads the next request into `buf` (which may hold some of it already); answers it when
 /// the lean path takes it.
-async fn next_request<T: AsyncRead + AsyncWrite + Unpin>(
+async fn next_request<T: AsyncRead + AsyncWrite + Unpin, S: Service>(
     io: &mut T,
-    lean: &Lean,
+    lean: &Lean<S>,
     mut buf: BytesMut,
     ranges: &mut Ranges,
     shutdown: &mut Shutdown,
 ) -> Next {
-    let max_body = MAX_LEAN_BODY.min(lean.endpoint.max_body());
+    let bounds = Bounds { head: lean.max_head, body: MAX_LEAN_BODY.min(lean.service.max_body()) };
     let head = loop {
-        match head::parse(&buf, &lean.uri, lean.takes, max_body, ranges) {
+        match head::parse(&buf, &lean.uri, lean.takes, bounds, ranges) {
             Parsed::Lean(head) => break head,
+            // hyper answers a complete head over the bound with 431 (`parse` checks it).
             Parsed::Other => return Next::HandOff(buf),
-            // hyper answers a head over the bound with 431.
+            // And an unfinished one that reached it (`>=`, as hyper: at the bound the head
+            // is not complete, so it would be longer).
             Parsed::Partial if buf.len() >= lean.max_head => return Next::HandOff(buf),
             Parsed::Partial => {}
         }
@@ -198,7 +203,7 @@ async fn next_request<T: AsyncRead + AsyncWrite + Unpin>(
     };
     // The head is in: the request is in flight (no head or idle deadline) while its body
     // arrives within `body_timeout`, as on hyper's path.
-    let in_flight = lean.watch.begin();
+    let in_flight = lean.timer.begin();
     let need = head.head_len + head.body_len;
     let body = async {
         while buf.len() < need {
@@ -209,23 +214,23 @@ async fn next_request<T: AsyncRead + AsyncWrite + Unpin>(
         }
         true
     };
-    match lazy_timeout(lean.endpoint.body_timeout(), body).await {
+    match lazy_timeout(lean.service.body_timeout(), body).await {
         Ok(true) => {}
         Ok(false) => return Next::Done,
         Err(_) => {
-            let resp = lean.endpoint.body_timed_out();
-            Box::pin(write::response(io, resp, true, lean.endpoint.slow_write(), &mut BytesMut::new())).await;
+            let resp = lean.service.body_timed_out();
+            Box::pin(write::response(io, resp, true, lean.service.slow_write(), &mut BytesMut::new())).await;
             return Next::Done;
         }
     }
-    // The request's bytes, frozen: the endpoint reads its headers where they are, and its
+    // The request's bytes, frozen: the service reads its headers where they are, and its
     // body is a slice of them.
     let bytes = buf.split_to(need).freeze();
     // The head parse checked the names' lengths and noted the known ones.
     let headers = Raw::from_httparse(&bytes[..head.head_len], ranges, head.first);
     let front = Front { method: &Method::POST, path: lean.uri.path(), authority: None, headers: Headers::Raw(headers) };
     let body = Full::new(bytes.slice(head.head_len..));
-    let resp = lean.endpoint.serve_front(front, body, Some(lean.peer.ip())).await;
+    let resp = lean.service.serve_front(front, body, Some(lean.peer.ip())).await;
     Next::Serve { resp: Box::new(resp), close: head.close, rest: buf, in_flight }
 }
 
@@ -273,18 +278,19 @@ async fn read_more<T: AsyncRead + Unpin>(
 }
 
 /// hyper serves the connection from here on, starting with the bytes already read.
-async fn hand_off<T, S>(read: BytesMut, io: T, lean: Lean, service: S) -> Result<(), hyper::Error>
+async fn hand_off<T, S, H>(read: BytesMut, io: T, lean: Lean<S>, hyper_service: H) -> Result<(), hyper::Error>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    S: HttpService<Incoming>,
-    S::Error: Into<Box<dyn StdError + Send + Sync>>,
-    S::ResBody: 'static,
-    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn StdError + Send + Sync>>,
+    S: Service,
+    H: HttpService<Incoming>,
+    H::Error: Into<Box<dyn StdError + Send + Sync>>,
+    H::ResBody: 'static,
+    <H::ResBody as hyper::body::Body>::Error: Into<Box<dyn StdError + Send + Sync>>,
 {
     let io = TokioIo::new(Rewind::new(read.freeze(), io));
     // Boxed: the lean task stays small while it holds a stream; hyper's state is allocated
     // only for a connection that uses it.
-    Box::pin(lean.watcher.watch(lean.http1.serve_connection(io, service))).await
+    Box::pin(lean.watcher.watch(lean.http1.serve_connection(io, hyper_service))).await
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! A future polled only when it has been woken. A connection's task races the connection
-//! against its deadlines (the [`super::watch::Watch`], the end of the drain). `select!` polls
+//! against its deadlines (the [`crate::conn_timer::ConnTimer`], the end of the drain). `select!` polls
 //! every branch at every wake-up of the task, and a connection's task wakes twice or more per
 //! request, for its socket; polling a `Notify` takes its lock, and polling a `Sleep` looks at
 //! the timer. [`Quiet`] hands its future a waker of its own and polls it only after that waker

@@ -1,6 +1,6 @@
 //! Response bodies: a whole body (in up to three pieces written back to back, so that a cached
 //! result is written without being copied), a stream fed through a bounded channel (listen
-//! streams), or a large read relayed from its upstream as it arrives.
+//! streams), or a body relayed from elsewhere as it arrives, between a head and a tail.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -11,9 +11,10 @@ use http_body_util::Either;
 use hyper::body::{Frame, SizeHint};
 use tokio::sync::mpsc;
 
-use crate::error::UpstreamError;
+/// A relayed body's failure: the source's error, whatever it is (hyper only aborts on it).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The body of every downstream response.
+/// The body of every response served through this crate.
 pub type Body = Either<Pieces, Either<ChannelBody, RelayedBody>>;
 
 /// A whole body in pieces: each is one frame, none is copied.
@@ -24,7 +25,7 @@ pub struct Pieces {
 
 impl Pieces {
     /// The pieces not yet taken as frames, to be written without going through frames.
-    pub(super) fn into_pieces(mut self) -> [Bytes; 3] {
+    pub(crate) fn into_pieces(mut self) -> [Bytes; 3] {
         self.pieces[..self.next.min(3)].fill(Bytes::new());
         self.pieces
     }
@@ -76,21 +77,23 @@ impl hyper::body::Body for ChannelBody {
     }
 }
 
-type Relayed = Pin<Box<dyn futures_util::Stream<Item = Result<Bytes, UpstreamError>> + Send>>;
+/// The pieces of a relayed body as they arrive.
+pub type Relayed = Pin<Box<dyn futures_util::Stream<Item = Result<Bytes, BoxError>> + Send>>;
 
-/// A relayed read: the client's envelope around the result's pieces as the upstream sends
-/// them. An upstream failure mid-way is the body's error, on which hyper aborts the response
-/// (the client sees it incomplete, never as a well-formed end).
+/// A relayed body: a head, the pieces as the source sends them, a tail. A failure of the
+/// source mid-way is the body's error, on which hyper aborts the response (the client sees
+/// it incomplete, never as a well-formed end).
 pub struct RelayedBody {
     head: Option<Bytes>,
     stream: Option<Relayed>,
+    tail: Bytes,
 }
 
 impl hyper::body::Body for RelayedBody {
     type Data = Bytes;
-    type Error = UpstreamError;
+    type Error = BoxError;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, UpstreamError>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         if let Some(head) = self.head.take() {
             return Poll::Ready(Some(Ok(Frame::data(head))));
         }
@@ -99,7 +102,7 @@ impl hyper::body::Body for RelayedBody {
             Some(piece) => Poll::Ready(Some(piece.map(Frame::data))),
             None => {
                 self.stream = None;
-                Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"}")))))
+                Poll::Ready(Some(Ok(Frame::data(std::mem::take(&mut self.tail)))))
             }
         }
     }
@@ -110,11 +113,13 @@ impl hyper::body::Body for RelayedBody {
 }
 
 /// A whole body.
+#[inline]
 pub fn full(bytes: Bytes) -> Body {
     pieces([bytes, Bytes::new(), Bytes::new()])
 }
 
 /// A whole body written from pieces.
+#[inline]
 pub fn pieces(pieces: [Bytes; 3]) -> Body {
     Either::Left(Pieces { pieces, next: 0 })
 }
@@ -124,7 +129,7 @@ pub fn channel(rx: mpsc::Receiver<Bytes>) -> Body {
     Either::Right(Either::Left(ChannelBody::new(rx)))
 }
 
-/// A relayed read: `head` (the envelope up to the result), the result's pieces, `}`.
-pub fn relayed(head: Bytes, stream: Relayed) -> Body {
-    Either::Right(Either::Right(RelayedBody { head: Some(head), stream: Some(stream) }))
+/// A relayed body: `head`, the pieces of `stream` as they come, `tail`.
+pub fn relayed(head: Bytes, stream: Relayed, tail: Bytes) -> Body {
+    Either::Right(Either::Right(RelayedBody { head: Some(head), stream: Some(stream), tail }))
 }

@@ -12,13 +12,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Buf, BytesMut};
 
-use super::super::deadline::lazy_timeout as timeout;
+use crate::deadline::lazy_timeout as timeout;
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http_body_util::{BodyExt, Either};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::super::respond::{Resp, give_back};
-use super::super::spare::{self, Spares};
+use crate::respond::{Resp, give_back};
+use crate::spare::{self, Spares};
 
 /// Bytes of a next request read (and kept for hyper) while a stream is open; beyond it the
 /// socket is not read until the stream ends, as hyper stops reading at its buffer bound.
@@ -91,7 +91,7 @@ where
                                 continue;
                             }
                             let mut out = Vec::with_capacity(data.len() + 12);
-                            let _ = write!(out, "{:x}\r\n", data.len());
+                            let _ = write!(out, "{:X}\r\n", data.len());
                             out.extend_from_slice(&data);
                             out.extend_from_slice(b"\r\n");
                             if !write(io, &out, slow).await {
@@ -182,7 +182,7 @@ fn date(out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::downstream::body::{channel, full};
+    use crate::body::{channel, full};
     use bytes::Bytes;
     use http::{Response, StatusCode};
 
@@ -210,7 +210,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_in_pieces_goes_out_whole_after_its_head() {
-        let resp = Response::new(crate::downstream::body::pieces([
+        let resp = Response::new(crate::body::pieces([
             Bytes::from_static(b"{\"a\":"),
             Bytes::new(),
             Bytes::from_static(b"[1,2]}"),

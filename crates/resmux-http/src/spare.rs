@@ -8,16 +8,16 @@ use std::cell::RefCell;
 use std::thread::LocalKey;
 
 /// A thread's spares of one kind.
-pub(super) type Spares<T> = RefCell<Vec<T>>;
+pub(crate) type Spares<T> = RefCell<Vec<T>>;
 
 /// A spare from `pool`, or a new (empty) one.
-pub(super) fn take<T: Default>(pool: &'static LocalKey<Spares<T>>) -> T {
+pub(crate) fn take<T: Default>(pool: &'static LocalKey<Spares<T>>) -> T {
     pool.with_borrow_mut(Vec::pop).unwrap_or_default()
 }
 
 /// Keeps `item` (emptied by the caller) in `pool` for the thread's next [`take`], unless `max`
 /// are kept already.
-pub(super) fn give<T>(pool: &'static LocalKey<Spares<T>>, item: T, max: usize) {
+pub(crate) fn give<T>(pool: &'static LocalKey<Spares<T>>, item: T, max: usize) {
     pool.with_borrow_mut(|spares| {
         if spares.len() < max {
             if spares.capacity() == 0 {

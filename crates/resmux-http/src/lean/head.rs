@@ -7,34 +7,34 @@ use std::mem::MaybeUninit;
 use http::header::{CONNECTION, EXPECT, TRANSFER_ENCODING, UPGRADE};
 use http::{HeaderName, Uri};
 
-use crate::headers::{Firsts, Known, Place, name_fits};
-use crate::mcp::method::LISTEN;
+use crate::headers::{Firsts, KnownNames, Place, name_fits, to_str};
 
 /// Headers a lean head may carry; a head with more is left to hyper (its own bound is 100).
 const MAX_HEADERS: usize = 64;
 
-/// Which requests the lean path takes (`[listen] lean_listens` and `lean_requests`).
+/// Which requests the lean path takes.
 #[derive(Debug, Clone, Copy)]
-pub struct Takes {
-    /// `subscriptions/listen` (its `Mcp-Method` header names it).
-    pub listens: bool,
+pub struct Takes<K> {
+    /// Requests whose `marker` header is `marker_value` (answered with a stream).
+    pub streams: bool,
     /// Every other `POST`.
     pub requests: bool,
+    pub marker: K,
+    pub marker_value: &'static [u8],
 }
 
 /// What the bytes read so far hold.
 #[derive(Debug)]
-pub(super) enum Parsed {
-    /// A complete head the lean path may serve: a `POST` to the endpoint's path over HTTP/1.1
-    /// that `Takes` covers (a listen is told by its `Mcp-Method` header, which every modern
-    /// request mirrors from its body, reference §2.1), with a `Content-Length` of at most the
-    /// lean body bound, at most one `Mcp-Method`, and no `Transfer-Encoding`, `Expect` or
-    /// `Upgrade`.
-    Lean(Head),
+pub(super) enum Parsed<K> {
+    /// A complete head of at most the head bound that the lean path may serve: a `POST` to
+    /// the service's path over HTTP/1.1 that `Takes` covers (a stream is told by its marker
+    /// header), with a `Content-Length` of at most the lean body bound, at most one marker
+    /// header, and no `Transfer-Encoding`, `Expect` or `Upgrade`.
+    Lean(Head<K>),
     /// Not complete yet.
     Partial,
-    /// Anything else (another method, path or version, a chunked or large body, a malformed
-    /// head): hyper serves it from the bytes read so far.
+    /// Anything else (another method, path or version, a chunked or large body, a head over
+    /// the bound, a malformed head): hyper serves it from the bytes read so far.
     Other,
 }
 
@@ -46,19 +46,34 @@ pub(super) type Ranges = Vec<Place>;
 /// [`Ranges`] it was parsed with, and the endpoint reads them there through
 /// [`crate::headers::Raw`] once the request's bytes are all in).
 #[derive(Debug)]
-pub(super) struct Head {
+pub(super) struct Head<K> {
     pub head_len: usize,
     pub body_len: usize,
     /// The client asked to close the connection after this exchange.
     pub close: bool,
     /// Where each known header's first value is in the [`Ranges`] (noted as they were read,
     /// so the endpoint's view of them needs no second pass).
-    pub first: Firsts,
+    pub first: Firsts<K>,
 }
 
-/// Parses `buf` as the start of a request to `uri` (the endpoint's path) that `takes` covers,
-/// whose body is at most `max_body` bytes; a lean head's headers are left in `ranges`.
-pub(super) fn parse(buf: &[u8], uri: &Uri, takes: Takes, max_body: usize, ranges: &mut Ranges) -> Parsed {
+/// The bounds a lean head is held to.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Bounds {
+    /// `max_header_bytes`: a longer head is hyper's to refuse (431).
+    pub head: usize,
+    /// The largest body taken on the lean path.
+    pub body: usize,
+}
+
+/// Parses `buf` as the start of a request to `uri` (the service's path) that `takes` covers,
+/// within `bounds`; a lean head's headers are left in `ranges`.
+pub(super) fn parse<K: KnownNames>(
+    buf: &[u8],
+    uri: &Uri,
+    takes: Takes<K>,
+    bounds: Bounds,
+    ranges: &mut Ranges,
+) -> Parsed<K> {
     // A connection's next request is looked for before it is read: nothing to parse yet.
     if buf.is_empty() {
         return Parsed::Partial;
@@ -72,6 +87,11 @@ pub(super) fn parse(buf: &[u8], uri: &Uri, takes: Takes, max_body: usize, ranges
         Ok(httparse::Status::Partial) => return Parsed::Partial,
         Err(_) => return Parsed::Other,
     };
+    // The head bound is a rule on every complete head, whatever the reads that brought it
+    // (hyper's too: `parsed_len > max_header_size` is its 431), not only on a partial one.
+    if head_len > bounds.head {
+        return Parsed::Other;
+    }
     if req.method != Some("POST") || req.path != Some(uri.path()) || req.version != Some(1) {
         return Parsed::Other;
     }
@@ -82,7 +102,7 @@ pub(super) fn parse(buf: &[u8], uri: &Uri, takes: Takes, max_body: usize, ranges
     };
     ranges.clear();
     let mut body_len = None;
-    let mut method = None;
+    let mut marker = None;
     let mut close = false;
     let mut first = Firsts::default();
     for (i, h) in req.headers.iter().enumerate() {
@@ -92,18 +112,18 @@ pub(super) fn parse(buf: &[u8], uri: &Uri, takes: Takes, max_body: usize, ranges
             return Parsed::Other;
         }
         match first.note(i, name) {
-            Some(Known::Method) => {
-                if method.is_some() {
+            Some(known) if known == takes.marker => {
+                if marker.is_some() {
                     return Parsed::Other;
                 }
-                method = Some(value);
+                marker = Some(value);
             }
-            Some(Known::ContentLength) => {
+            Some(known) if known == K::CONTENT_LENGTH => {
                 // Exactly one plain decimal length; anything else is hyper's to judge.
                 let n =
                     std::str::from_utf8(value).ok().filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
                 match (body_len, n.and_then(|v| v.parse::<usize>().ok())) {
-                    (None, Some(n)) if n <= max_body => body_len = Some(n),
+                    (None, Some(n)) if n <= bounds.body => body_len = Some(n),
                     _ => return Parsed::Other,
                 }
             }
@@ -114,15 +134,17 @@ pub(super) fn parse(buf: &[u8], uri: &Uri, takes: Takes, max_body: usize, ranges
                     return Parsed::Other;
                 }
                 if is(&CONNECTION) {
-                    close |= std::str::from_utf8(value)
-                        .is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")));
+                    // hyper's rule: a `close` token in any `Connection` line of visible ASCII
+                    // (a line `to_str` refuses has no tokens).
+                    close |=
+                        to_str(value).is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")));
                 }
             }
         }
         ranges.push((at(name), at(value)));
     }
-    let listen = method == Some(LISTEN.as_bytes());
-    let taken = if listen { takes.listens } else { takes.requests };
+    let stream = marker == Some(takes.marker_value);
+    let taken = if stream { takes.streams } else { takes.requests };
     let (Some(body_len), true) = (body_len, taken) else { return Parsed::Other };
     Parsed::Lean(Head { head_len, body_len, close, first })
 }
@@ -130,6 +152,7 @@ pub(super) fn parse(buf: &[u8], uri: &Uri, takes: Takes, max_body: usize, ranges
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::headers::tests::T;
     use crate::headers::{Headers, Raw};
 
     const LISTEN_HEAD: &[u8] = b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
@@ -137,21 +160,22 @@ mod tests {
     const READ_HEAD: &[u8] =
         b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\nMcp-Method: resources/read\r\ncontent-length: 2\r\n\r\n{}";
     const LEGACY_HEAD: &[u8] = b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 2\r\n\r\n{}";
-    const LISTENS: Takes = Takes { listens: true, requests: false };
-    const REQUESTS: Takes = Takes { listens: false, requests: true };
-    const BOTH: Takes = Takes { listens: true, requests: true };
+    const LISTEN: &[u8] = b"subscriptions/listen";
+    const LISTENS: Takes<T> = Takes { streams: true, requests: false, marker: T::Method, marker_value: LISTEN };
+    const REQUESTS: Takes<T> = Takes { streams: false, requests: true, marker: T::Method, marker_value: LISTEN };
+    const BOTH: Takes<T> = Takes { streams: true, requests: true, marker: T::Method, marker_value: LISTEN };
 
     fn mcp() -> Uri {
         Uri::from_static("/mcp")
     }
 
-    fn parse(raw: &[u8], uri: &Uri, takes: Takes, max_body: usize) -> (Parsed, Ranges) {
+    fn parse(raw: &[u8], uri: &Uri, takes: Takes<T>, max_body: usize) -> (Parsed<T>, Ranges) {
         let mut ranges = vec![(0..1, 0..1)];
-        let parsed = super::parse(raw, uri, takes, max_body, &mut ranges);
+        let parsed = super::parse(raw, uri, takes, Bounds { head: 1 << 20, body: max_body }, &mut ranges);
         (parsed, ranges)
     }
 
-    fn lean(raw: &[u8], takes: Takes) -> bool {
+    fn lean(raw: &[u8], takes: Takes<T>) -> bool {
         matches!(parse(raw, &mcp(), takes, 100), (Parsed::Lean(_), _))
     }
 
@@ -162,9 +186,9 @@ mod tests {
         assert_eq!(head.body_len, 2);
         assert!(head.close);
         assert_eq!(ranges.len(), 5, "the ranges of an earlier head are gone");
-        let headers = Headers::Raw(Raw::from_httparse(LISTEN_HEAD, &ranges, head.first));
-        assert_eq!(headers.get_str(Known::ContentType), Some("application/json"));
-        assert_eq!(headers.get_str(Known::Method), Some("subscriptions/listen"));
+        let headers = Headers::<T>::Raw(Raw::from_httparse(LISTEN_HEAD, &ranges, head.first));
+        assert_eq!(headers.get_str(T::ContentType), Some("application/json"));
+        assert_eq!(headers.get_str(T::Method), Some("subscriptions/listen"));
         assert_eq!(headers.iter().count(), 5);
         assert!(matches!(parse(&LISTEN_HEAD[..20], &mcp(), LISTENS, 100).0, Parsed::Partial));
         let (Parsed::Lean(head), _) = parse(READ_HEAD, &mcp(), REQUESTS, 100) else { panic!("not lean") };
@@ -180,10 +204,10 @@ mod tests {
             assert_eq!(head.first, Firsts::of(raw, &ranges), "{}", String::from_utf8_lossy(raw));
         }
         let (Parsed::Lean(head), ranges) = parse(&mixed[..], &mcp(), BOTH, 100) else { panic!("not lean") };
-        let headers = Headers::Raw(Raw::from_httparse(&mixed[..], &ranges, head.first));
-        assert_eq!(headers.get_str(Known::Host), Some("a"), "the first of two");
-        assert_eq!(headers.get_str(Known::Name), Some("n"));
-        assert_eq!(headers.get_str(Known::Origin), None);
+        let headers = Headers::<T>::Raw(Raw::from_httparse(&mixed[..], &ranges, head.first));
+        assert_eq!(headers.get_str(T::Host), Some("a"), "the first of two");
+        assert_eq!(headers.get_str(T::Name), Some("n"));
+        assert_eq!(headers.get_str(T::Origin), None);
     }
 
     #[test]
@@ -236,5 +260,17 @@ mod tests {
         assert!(other(b"POST /mcp HTTP/1.1\r\nbad header\r\n\r\n"));
         // A value `http` refuses (a DEL byte): httparse refuses it too, and hyper judges it.
         assert!(other(b"POST /mcp HTTP/1.1\r\nmcp-method: resources/read\r\nx: a\x7fb\r\ncontent-length: 0\r\n\r\n"));
+    }
+
+    /// A complete head one byte over the bound is hyper's (which answers 431), however it
+    /// arrived; one at the bound is lean.
+    #[test]
+    fn a_complete_head_over_the_bound_is_hypers() {
+        let len = READ_HEAD.len() - 2;
+        for (bound, lean) in [(len, true), (len - 1, false)] {
+            let mut ranges = Vec::new();
+            let parsed = super::parse(READ_HEAD, &mcp(), BOTH, Bounds { head: bound, body: 100 }, &mut ranges);
+            assert_eq!(matches!(parsed, Parsed::Lean(_)), lean, "a head of {len} with a bound of {bound}");
+        }
     }
 }

@@ -5,9 +5,9 @@
 //! `idle_timeout`, a head not finished `header_timeout` after its first byte; a busy one is left
 //! alone (bodies have `body_timeout`, listens their own keep-alive and slow-listener rules).
 //!
-//! Three hooks feed it: [`Watched`] (the socket: a read while idle starts a head),
-//! [`Watch::begin`] (the service: a request arrived) and [`Tracked`] (the response body: the
-//! request ends when it is dropped). [`Watch::expired`] resolves when a deadline passes; the
+//! Three hooks feed it: [`Timed`] (the socket: a read while idle starts a head),
+//! [`ConnTimer::begin`] (the service: a request arrived) and [`Tracked`] (the response body: the
+//! request ends when it is dropped). [`ConnTimer::expired`] resolves when a deadline passes; the
 //! connection's task then drops the connection, which closes the socket.
 //!
 //! The waiter is woken only when a hook sets a deadline *earlier* than the time it sleeps
@@ -19,7 +19,7 @@
 //! at all while a request is in flight, every next head or the end of every request would have
 //! to wake it. A busy keep-alive connection's waiter so wakes about once per `header_timeout`,
 //! finds the deadline moved and sleeps again, instead of being woken (and polled: see
-//! [`super::quiet`]) twice by every request. The price is that wake-up on quiet connections
+//! [`crate::quiet`]) twice by every request. The price is that wake-up on quiet connections
 //! too: an idle one wakes `idle_timeout / header_timeout` times before it is closed (6 with
 //! the defaults), a listen stream, in flight for its whole life, once per `header_timeout`.
 
@@ -45,7 +45,7 @@ pub enum Expired {
 }
 
 /// The activity of one connection.
-pub struct Watch {
+pub struct ConnTimer {
     origin: Instant,
     header_timeout: Duration,
     idle_timeout: Duration,
@@ -55,10 +55,10 @@ pub struct Watch {
     head_at: AtomicU64,
     /// Milliseconds after `origin` since which nothing has been in flight.
     idle_at: AtomicU64,
-    /// Milliseconds after `origin` of the time [`Watch::expired`] sleeps towards (a deadline,
+    /// Milliseconds after `origin` of the time [`ConnTimer::expired`] sleeps towards (a deadline,
     /// or a recheck while a request is in flight); [`NO_TARGET`] before it first looked.
     target: AtomicU64,
-    /// Wakes [`Watch::expired`] to recompute its deadline.
+    /// Wakes [`ConnTimer::expired`] to recompute its deadline.
     changed: Notify,
 }
 
@@ -70,7 +70,7 @@ const MIN_RECHECK_MS: u64 = 1000;
 /// `target` before the waiter first looked: every hook wakes it.
 const NO_TARGET: u64 = u64::MAX;
 
-impl Watch {
+impl ConnTimer {
     pub fn new(header_timeout: Duration, idle_timeout: Duration) -> Arc<Self> {
         Arc::new(Self {
             origin: Instant::now(),
@@ -169,7 +169,7 @@ impl Watch {
 }
 
 /// One request in flight; dropping it ends the request.
-pub struct InFlight(Arc<Watch>);
+pub struct InFlight(Arc<ConnTimer>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -213,30 +213,30 @@ impl<B: Body + Unpin> Body for Tracked<B> {
     }
 }
 
-/// The socket, reporting reads to its [`Watch`].
-pub struct Watched<T> {
+/// The socket, reporting reads to its [`ConnTimer`].
+pub struct Timed<T> {
     io: T,
-    watch: Arc<Watch>,
+    timer: Arc<ConnTimer>,
 }
 
-impl<T> Watched<T> {
-    pub fn new(io: T, watch: Arc<Watch>) -> Self {
-        Self { io, watch }
+impl<T> Timed<T> {
+    pub fn new(io: T, timer: Arc<ConnTimer>) -> Self {
+        Self { io, timer }
     }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
+impl<T: AsyncRead + Unpin> AsyncRead for Timed<T> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.io).poll_read(cx, buf);
         if buf.filled().len() > before {
-            self.watch.read();
+            self.timer.read();
         }
         r
     }
 }
 
-super::write_through!(Watched);
+crate::io::write_through!(Timed);
 
 #[cfg(test)]
 mod tests {
@@ -252,7 +252,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_untouched_connection_expires_idle() {
-        let w = Watch::new(HEAD, IDLE);
+        let w = ConnTimer::new(HEAD, IDLE);
         let start = Instant::now();
         assert_eq!(w.expired().await, Expired::Idle);
         about(start.elapsed(), IDLE);
@@ -260,7 +260,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_started_head_gets_header_timeout_from_its_first_byte() {
-        let w = Watch::new(HEAD, IDLE);
+        let w = ConnTimer::new(HEAD, IDLE);
         tokio::time::advance(Duration::from_secs(5)).await;
         w.read();
         let start = Instant::now();
@@ -270,7 +270,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn nothing_expires_while_a_request_is_in_flight_and_idle_restarts_after() {
-        let w = Watch::new(HEAD, IDLE);
+        let w = ConnTimer::new(HEAD, IDLE);
         w.read();
         let guard = w.begin();
         // Body bytes of the request in flight do not start a head.
@@ -285,7 +285,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_head_begun_mid_wait_moves_the_deadline() {
-        let w = Watch::new(HEAD, IDLE);
+        let w = ConnTimer::new(HEAD, IDLE);
         let waiter = tokio::spawn({
             let w = w.clone();
             async move { w.expired().await }
@@ -299,7 +299,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_busy_connection_wakes_its_waiter_about_once_per_header_timeout() {
-        let w = Watch::new(HEAD, IDLE);
+        let w = ConnTimer::new(HEAD, IDLE);
         let polls = Arc::new(AtomicUsize::new(0));
         let waiter = tokio::spawn({
             let (w, polls) = (w.clone(), polls.clone());
@@ -327,7 +327,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_sub_millisecond_header_timeout_does_not_make_a_busy_waiter_spin() {
-        let w = Watch::new(Duration::from_micros(500), IDLE);
+        let w = ConnTimer::new(Duration::from_micros(500), IDLE);
         let _in_flight = w.begin();
         let polls = Arc::new(AtomicUsize::new(0));
         let counted = {
