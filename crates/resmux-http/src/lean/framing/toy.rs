@@ -70,17 +70,15 @@ impl Service for Toy {
     const STREAM_MARKER: (V, &'static [u8]) = (V::Kind, b"stream");
     const LABEL: &'static str = "toy";
 
-    fn serve(&self, req: Request<Incoming>, _: Option<IpAddr>) -> impl Future<Output = Resp> + Send {
-        async move {
-            let (parts, body) = req.into_parts();
-            let front = Front {
-                method: &parts.method,
-                path: parts.uri.path(),
-                authority: parts.uri.authority().map(http::uri::Authority::as_str),
-                headers: Headers::Map(&parts.headers),
-            };
-            answer(front, whole(body, MAX_BODY).await.ok())
-        }
+    async fn serve(&self, req: Request<Incoming>, _: Option<IpAddr>) -> Resp {
+        let (parts, body) = req.into_parts();
+        let front = Front {
+            method: &parts.method,
+            path: parts.uri.path(),
+            authority: parts.uri.authority().map(http::uri::Authority::as_str),
+            headers: Headers::Map(&parts.headers),
+        };
+        answer(front, whole(body, MAX_BODY).await.ok())
     }
 
     fn serve_front<'a>(
