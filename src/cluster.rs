@@ -318,7 +318,7 @@ impl Cluster {
         if self.0.healthy.swap(up, Ordering::Relaxed) != up {
             match why {
                 Some(e) => {
-                    tracing::warn!(error = %crate::tls::error_chain(e), "redis unreachable: serving without the cluster tier")
+                    tracing::warn!(error = %crate::error::chain(e), "redis unreachable: serving without the cluster tier")
                 }
                 None => tracing::info!("redis reachable again: sharing resumes"),
             }

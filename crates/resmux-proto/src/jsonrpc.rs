@@ -8,6 +8,7 @@
 //! are assembled from raw pieces (`id` spliced in), never re-serialized.
 
 mod encode;
+mod error_map;
 mod incoming;
 mod inline;
 mod lex;

@@ -4,10 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::StatusCode;
-use serde_json::json;
-
-use crate::jsonrpc::{RpcError, code};
+/// A failure's cause, kept whole so that logs and the JSON-RPC error's `data` can read its
+/// chain. Shared, because an error is cloned to every caller a single flight served.
+pub type Cause = Arc<dyn std::error::Error + Send + Sync>;
 
 /// Which side of the proxy a failure belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +49,7 @@ pub enum DownstreamError {
     InvalidUri {
         uri: String,
         #[source]
-        problem: crate::mcp::uri::BadUri,
+        problem: Cause,
     },
     /// A passthrough URI (`https://`) that several upstreams listed.
     #[error("Resource URI is ambiguous: more than one upstream lists it")]
@@ -111,7 +110,7 @@ pub enum UpstreamErrorKind {
     Protocol { reason: String },
     /// A message the proxy cannot use, with what was wrong with it.
     #[error("broke the protocol: {0}")]
-    Malformed(#[source] crate::jsonrpc::Malformed),
+    Malformed(#[source] Cause),
     #[error("answered HTTP {status}")]
     Status { status: u16 },
     #[error("sent a message over {limit} bytes")]
@@ -123,7 +122,7 @@ pub enum UpstreamErrorKind {
     #[error("has no credential: {source}")]
     Credential {
         #[source]
-        source: Arc<dyn std::error::Error + Send + Sync>,
+        source: Cause,
         /// Whether a later attempt may get one (the token endpoint was unreachable, say).
         transient: bool,
     },
@@ -144,6 +143,13 @@ impl std::error::Error for UpstreamError {
     /// The kind's own cause (a credential error), so that chains read as before.
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         std::error::Error::source(&self.kind)
+    }
+}
+
+impl UpstreamErrorKind {
+    /// A message the proxy cannot use, with what was wrong with it.
+    pub fn malformed(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        UpstreamErrorKind::Malformed(Arc::new(e))
     }
 }
 
@@ -199,103 +205,26 @@ impl Error {
             Error::Internal(_) => true,
         }
     }
+}
 
-    /// The HTTP status and JSON-RPC error object for this failure.
-    pub fn to_jsonrpc(&self) -> (StatusCode, RpcError) {
-        use DownstreamError as D;
-        let msg = self.to_string();
-        match self {
-            Error::Downstream(d) => match d {
-                D::Parse(_) => (StatusCode::BAD_REQUEST, RpcError::new(code::PARSE_ERROR, msg)),
-                D::InvalidRequest(_) => (StatusCode::BAD_REQUEST, RpcError::new(code::INVALID_REQUEST, msg)),
-                D::MethodNotFound(m) => {
-                    (StatusCode::NOT_FOUND, RpcError::new(code::METHOD_NOT_FOUND, msg).with_data(json!({"method": m})))
-                }
-                D::MissingMeta(_) | D::InvalidParams(_) => {
-                    (StatusCode::BAD_REQUEST, RpcError::new(code::INVALID_PARAMS, msg))
-                }
-                // Answered like "resource not found" (HTTP 200), which is what a client
-                // treats them as: the URI names nothing it can read.
-                D::ResourceNotFound { uri } | D::AmbiguousUri { uri } | D::InvalidUri { uri, .. } => {
-                    (StatusCode::OK, RpcError::new(code::INVALID_PARAMS, msg).with_data(json!({"uri": uri})))
-                }
-                D::HeaderMismatch(_) => (StatusCode::BAD_REQUEST, RpcError::new(code::HEADER_MISMATCH, msg)),
-                D::UnsupportedVersion { requested, supported } => (
-                    StatusCode::BAD_REQUEST,
-                    RpcError::new(code::UNSUPPORTED_PROTOCOL_VERSION, msg)
-                        .with_data(json!({"supported": supported, "requested": requested})),
-                ),
-                D::BodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, RpcError::new(code::INVALID_REQUEST, msg)),
-                D::BodyTimeout { .. } => (StatusCode::REQUEST_TIMEOUT, RpcError::new(code::INVALID_REQUEST, msg)),
-                D::OriginNotAllowed | D::HostNotAllowed => {
-                    (StatusCode::FORBIDDEN, RpcError::new(code::INVALID_REQUEST, msg))
-                }
-                D::HttpMethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, RpcError::new(code::INVALID_REQUEST, msg)),
-                D::UnsupportedMediaType => {
-                    (StatusCode::UNSUPPORTED_MEDIA_TYPE, RpcError::new(code::INVALID_REQUEST, msg))
-                }
-                D::LimitReached(_) => (StatusCode::TOO_MANY_REQUESTS, RpcError::new(code::INVALID_REQUEST, msg)),
-                D::SessionNotFound => (StatusCode::NOT_FOUND, RpcError::new(code::INVALID_REQUEST, msg)),
-                D::StreamConflict => (StatusCode::CONFLICT, RpcError::new(code::INVALID_REQUEST, msg)),
-                D::NotAcceptable(_) => (StatusCode::NOT_ACCEPTABLE, RpcError::new(code::INVALID_REQUEST, msg)),
-            },
-            Error::Upstream(u) => {
-                let status = match u.kind {
-                    UpstreamErrorKind::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-                    _ => StatusCode::BAD_GATEWAY,
-                };
-                let mut data = json!({
-                    "side": "upstream",
-                    "upstream": u.upstream(),
-                    "retryable": self.is_retryable(),
-                });
-                if let UpstreamErrorKind::Tls { reason } = &u.kind {
-                    data["tls"] = json!(reason);
-                }
-                if let UpstreamErrorKind::Credential { source, .. } = &u.kind {
-                    data["credential"] = json!(crate::tls::error_chain(source.as_ref()));
-                }
-                (status, RpcError::new(code::INTERNAL_ERROR, msg).with_data(data))
-            }
-            Error::Internal(_) => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                RpcError::new(code::INTERNAL_ERROR, msg).with_data(json!({"side": "internal", "retryable": true})),
-            ),
+/// `err` and each of its causes, joined with `: `.
+pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut next = err.source();
+    while let Some(e) = next {
+        let more = e.to_string();
+        if !text.ends_with(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
         }
+        next = e.source();
     }
+    text
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn spec_table() {
-        let cases: Vec<(Error, u16, i64)> = vec![
-            (DownstreamError::Parse("x".into()).into(), 400, -32700),
-            (DownstreamError::MethodNotFound("ping".into()).into(), 404, -32601),
-            (DownstreamError::MissingMeta("x".into()).into(), 400, -32602),
-            (DownstreamError::ResourceNotFound { uri: "x:y".into() }.into(), 200, -32602),
-            (DownstreamError::AmbiguousUri { uri: "https://a".into() }.into(), 200, -32602),
-            (
-                DownstreamError::InvalidUri { uri: "x".into(), problem: crate::mcp::uri::BadUri::NoScheme }.into(),
-                200,
-                -32602,
-            ),
-            (DownstreamError::HeaderMismatch("x".into()).into(), 400, -32020),
-            (DownstreamError::UnsupportedVersion { requested: "1".into(), supported: vec![] }.into(), 400, -32022),
-            (DownstreamError::BodyTooLarge { limit: 1 }.into(), 413, -32600),
-            (DownstreamError::BodyTimeout { after: Duration::from_secs(1) }.into(), 408, -32600),
-            (DownstreamError::OriginNotAllowed.into(), 403, -32600),
-            (DownstreamError::SessionNotFound.into(), 404, -32600),
-            (DownstreamError::StreamConflict.into(), 409, -32600),
-            (UpstreamError::new("a", UpstreamErrorKind::Timeout { after: Duration::from_secs(1) }).into(), 504, -32603),
-        ];
-        for (err, status, code) in cases {
-            let (s, e) = err.to_jsonrpc();
-            assert_eq!((s.as_u16(), e.code), (status, code), "{err}");
-        }
-    }
 
     #[test]
     fn only_upstream_failures_are_retryable() {

@@ -100,9 +100,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::auth::Principal;
-    use crate::cache::{BaseKey, Lookup, Owner, Stored};
     use crate::config::CacheConfig;
+    use crate::{BaseKey, Lookup, Owner, Stored};
+    use resmux_proto::mcp::principal::Principal;
 
     #[test]
     fn the_top_lists_rank_by_hits_and_bytes_and_hide_owners() {

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::epochs::Ticket;
-use crate::jsonrpc::{Head, RawObject, Spliced};
+use resmux_proto::jsonrpc::{Head, RawObject, Spliced};
 
 /// A stored answer.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,7 +78,7 @@ pub struct Entry {
     pub ticket: Ticket,
     /// Whether it sits in the public partition.
     pub public: bool,
-    /// The upstream URI it keeps watched (see [`super::Watches`]), for reads of upstreams that
+    /// The upstream URI it keeps watched (see [`super::WatchedUris`]), for reads of upstreams that
     /// can be subscribed.
     pub watched: Option<Box<str>>,
     /// Fresh hits served from it, for the admin page's Cache view (relaxed: a count, not a

@@ -2,11 +2,11 @@
 
 use std::hash::{Hash, Hasher};
 
-use crate::auth::Principal;
-use crate::jsonrpc::{RawObject, write_json_string};
+use resmux_proto::jsonrpc::{RawObject, write_json_string};
+use resmux_proto::mcp::principal::Principal;
 
 /// Methods whose complete results are cacheable: the cache's own identity of a method, part of
-/// every key. Not a [`crate::mcp::List`]: it also names `resources/read`, which is no list
+/// every key. Not a [`resmux_proto::mcp::List`]: it also names `resources/read`, which is no list
 /// (`From<List>` in `epochs.rs` maps the four lists onto it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CachedMethod {
@@ -19,7 +19,7 @@ pub enum CachedMethod {
 
 impl CachedMethod {
     pub fn of(method: &str) -> Option<Self> {
-        use crate::mcp::method as m;
+        use resmux_proto::mcp::method as m;
         Some(match method {
             m::RESOURCES_READ => Self::ResourcesRead,
             m::RESOURCES_LIST => Self::ResourcesList,
@@ -81,7 +81,7 @@ pub enum Owner {
     /// An authenticated principal.
     Principal(Principal),
     /// An anonymous caller, told apart by the request's `_meta` (see
-    /// [`crate::router::Call::owner`]): a digest of its canonical form.
+    /// `router::Call::owner` in the proxy): a digest of its canonical form.
     Anonymous([u8; 16]),
 }
 

@@ -6,7 +6,9 @@
 pub mod header_value;
 pub mod list;
 pub mod notify;
+pub mod principal;
 pub mod uri;
+pub mod validate;
 
 pub use list::{Capability, List};
 

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Cache, CacheKey, CachedMethod};
-use crate::jsonrpc::{RawObject, raw_str};
+use resmux_proto::jsonrpc::{RawObject, raw_str};
 
 /// What a purge removes from one upstream. URIs are in the upstream's own form (the router
 /// maps the namespaced form clients see onto upstreams).
@@ -110,8 +110,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::cache::{BaseKey, Lookup, Owner, Partition, Stored};
     use crate::config::CacheConfig;
+    use crate::{BaseKey, Lookup, Owner, Partition, Stored};
 
     fn read(uri: &str) -> BaseKey {
         BaseKey {

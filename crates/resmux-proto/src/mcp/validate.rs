@@ -2,10 +2,13 @@
 //! mirrored headers against the body (Streamable HTTP only), supported version, known method.
 //! Shared by the proxy's endpoints (HTTP and stdio) and the built-in sample server.
 
+use std::borrow::Cow;
+
+use http::HeaderMap;
+
 use crate::error::DownstreamError;
-use crate::headers::{Headers, Known, NotVisible};
 use crate::jsonrpc::{Incoming, Kind, MessageError, RawObject, RequestId};
-use crate::mcp::{self, header_value};
+use crate::mcp::{self, header_name, header_value};
 
 /// A request that passed validation, borrowed from the body.
 pub struct Checked<'a> {
@@ -32,8 +35,61 @@ fn reject(id: Option<&RequestId>, error: DownstreamError) -> Rejected {
     Rejected { id: id.cloned(), error }
 }
 
-/// Validates one POST body against its headers.
-pub fn check<'a>(headers: Headers<'_>, msg: &'a Incoming<'a>) -> Result<Body<'a>, Rejected> {
+/// One mirrored header as the transport read it: its first value, as `HeaderMap::get` gives
+/// it. The transport reads the three in whatever form it holds its headers (the lean path's
+/// raw lines, hyper's map), so this module needs neither.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen<'a> {
+    Absent,
+    /// Present, but not visible ASCII (what `HeaderValue::to_str` refuses).
+    NotVisible,
+    Text(&'a str),
+}
+
+impl<'a> Seen<'a> {
+    fn of(value: Option<&'a http::HeaderValue>) -> Self {
+        match value.map(http::HeaderValue::to_str) {
+            None => Seen::Absent,
+            Some(Ok(text)) => Seen::Text(text),
+            Some(Err(_)) => Seen::NotVisible,
+        }
+    }
+}
+
+/// The three headers that mirror the body: protocol version, method and name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mirrored<'a> {
+    pub version: Seen<'a>,
+    pub method: Seen<'a>,
+    pub name: Seen<'a>,
+}
+
+impl<'a> Mirrored<'a> {
+    /// The mirrored headers of a header map.
+    pub fn from_map(map: &'a HeaderMap) -> Self {
+        Mirrored {
+            version: Seen::of(map.get(header_name::PROTOCOL_VERSION)),
+            method: Seen::of(map.get(header_name::METHOD)),
+            name: Seen::of(map.get(header_name::NAME)),
+        }
+    }
+}
+
+/// Why a mirrored header cannot be compared with the body.
+#[derive(Debug, thiserror::Error)]
+enum Unreadable {
+    #[error("missing {0} header")]
+    Missing(&'static str),
+    #[error("{name} header: {source}")]
+    Undecodable {
+        name: &'static str,
+        #[source]
+        source: header_value::DecodeError,
+    },
+}
+
+/// Validates one POST body against its mirrored headers.
+pub fn check<'a>(headers: Mirrored<'_>, msg: &'a Incoming<'a>) -> Result<Body<'a>, Rejected> {
     check_with(Some(headers), msg)
 }
 
@@ -43,7 +99,7 @@ pub fn check_body<'a>(msg: &'a Incoming<'a>) -> Result<Body<'a>, Rejected> {
     check_with(None, msg)
 }
 
-fn check_with<'a>(headers: Option<Headers<'_>>, msg: &'a Incoming<'a>) -> Result<Body<'a>, Rejected> {
+fn check_with<'a>(headers: Option<Mirrored<'_>>, msg: &'a Incoming<'a>) -> Result<Body<'a>, Rejected> {
     let id = match msg.kind {
         Kind::Notification => return Ok(Body::Notification),
         Kind::Response => {
@@ -100,29 +156,26 @@ fn check_with<'a>(headers: Option<Headers<'_>>, msg: &'a Incoming<'a>) -> Result
 
 /// The mirrored headers against the body (reference §2.1).
 fn check_headers(
-    headers: Headers<'_>,
+    headers: Mirrored<'_>,
     id: &RequestId,
     method: &str,
     version: &str,
     params: &RawObject<'_>,
 ) -> Result<(), Rejected> {
     let mismatch = |m: String| reject(Some(id), DownstreamError::HeaderMismatch(m));
-    // Each mirrored header's first value, as `HeaderMap::get` gives it.
-    let three = [Known::ProtocolVersion, Known::Method, Known::Name];
-    let [version_value, method_value, name_value] = headers.visible_many(three);
-    let header = |known: Known, value| decoded(known, value).map_err(mismatch);
-    let h_version = header(Known::ProtocolVersion, version_value)?;
+    let header = |name, seen| decoded(name, seen).map_err(|e| mismatch(e.to_string()));
+    let h_version = header(mcp::H_PROTOCOL_VERSION, headers.version)?;
     if h_version != version {
         return Err(mismatch(format!(
             "MCP-Protocol-Version header value '{h_version}' does not match body value '{version}'"
         )));
     }
-    let h_method = header(Known::Method, method_value)?;
+    let h_method = header(mcp::H_METHOD, headers.method)?;
     if h_method != method {
         return Err(mismatch(format!("Mcp-Method header value '{h_method}' does not match body value '{method}'")));
     }
     if let Some(field) = mcp::name_param(method) {
-        let h_name = header(Known::Name, name_value)?;
+        let h_name = header(mcp::H_NAME, headers.name)?;
         let body_name = params.get_str(field);
         if body_name.as_deref() != Some(&*h_name) {
             return Err(mismatch(format!(
@@ -134,14 +187,14 @@ fn check_headers(
     Ok(())
 }
 
-/// A mirrored header's value (absent, or whether it is visible ASCII), decoded; the mismatch
-/// message when it is missing or undecodable.
-fn decoded(known: Known, text: Option<Result<&str, NotVisible>>) -> Result<std::borrow::Cow<'_, str>, String> {
-    let name = known.name().as_str();
-    let text = text.ok_or_else(|| format!("missing {name} header"))?;
-    text.map_err(|NotVisible| header_value::DecodeError::InvalidCharacters)
-        .and_then(header_value::decode_text)
-        .map_err(|e| format!("{name} header: {e}"))
+/// A mirrored header's value, decoded; why not when it is missing or undecodable.
+fn decoded<'a>(name: &'static str, seen: Seen<'a>) -> Result<Cow<'a, str>, Unreadable> {
+    let text = match seen {
+        Seen::Absent => return Err(Unreadable::Missing(name)),
+        Seen::NotVisible => Err(header_value::DecodeError::InvalidCharacters),
+        Seen::Text(text) => Ok(text),
+    };
+    text.and_then(header_value::decode_text).map_err(|source| Unreadable::Undecodable { name, source })
 }
 
 /// Whether a message opens the modern way: its `params._meta` names a protocol version. Such
@@ -165,7 +218,7 @@ pub fn message_error(e: MessageError) -> Rejected {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::{HeaderMap, HeaderValue};
+    use http::HeaderValue;
 
     const READ: &str = r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"a://b",
         "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
@@ -177,17 +230,11 @@ mod tests {
             map.append(http::HeaderName::from_bytes(name.as_bytes()).unwrap(), HeaderValue::from_str(value).unwrap());
         }
         let msg = Incoming::parse(READ).expect("valid JSON-RPC");
-        let outcome = |headers| match check(headers, &msg) {
+        match check(Mirrored::from_map(&map), &msg) {
             Ok(_) => None,
             Err(Rejected { error: DownstreamError::HeaderMismatch(m), .. }) => Some(m),
             Err(Rejected { error, .. }) => panic!("not a header mismatch: {error}"),
-        };
-        // The lean path's view of the same headers, names as sent, judges them alike.
-        let (bytes, places) = crate::headers::lines(headers);
-        let raw = crate::headers::Raw::of_places(&bytes, &places);
-        let found = outcome(Headers::Map(&map));
-        assert_eq!(outcome(Headers::Raw(raw)), found, "the lean path's view judges {headers:?} alike");
-        found
+        }
     }
 
     const VERSION: (&str, &str) = ("MCP-Protocol-Version", "2026-07-28");

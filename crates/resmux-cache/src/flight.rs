@@ -69,7 +69,7 @@ impl<T: Clone + Send + Sync + 'static> Flights<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::{BaseKey, CachedMethod, Partition};
+    use crate::{BaseKey, CachedMethod, Partition};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn test_key() -> FlightKey {

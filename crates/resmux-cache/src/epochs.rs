@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::key::CachedMethod;
-use crate::mcp::List;
+use resmux_proto::mcp::List;
 
 /// Most (upstream, URI) epochs remembered. An evicted epoch reads as 0, which can only make an
 /// entry look stale (a spurious miss), never fresh.

@@ -15,11 +15,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::watch;
 
 /// The watched URIs of every upstream.
-pub struct Watches {
+pub struct WatchedUris {
     upstreams: Vec<Upstream>,
     /// Most URIs watched per upstream (`[cache] max_watched_uris`).
     limit: usize,
-    /// Watches dropped at the bound (their entries became TTL-only), over all upstreams.
+    /// WatchedUris dropped at the bound (their entries became TTL-only), over all upstreams.
     fallbacks: AtomicU64,
 }
 
@@ -33,13 +33,13 @@ struct Upstream {
 struct Watched {
     /// URI → (entries holding it, its place in `order`).
     counts: HashMap<Box<str>, (u32, u64)>,
-    /// Watches oldest first, for the bound.
+    /// WatchedUris oldest first, for the bound.
     order: BTreeMap<u64, Box<str>>,
     next: u64,
 }
 
-impl Watches {
-    /// Watches for `upstreams` upstreams, at most `limit` URIs each.
+impl WatchedUris {
+    /// WatchedUris for `upstreams` upstreams, at most `limit` URIs each.
     pub fn new(upstreams: usize, limit: usize) -> Self {
         Self {
             upstreams: (0..upstreams)
@@ -116,7 +116,7 @@ impl Watches {
         self.upstreams[upstream].version.subscribe()
     }
 
-    /// Watches dropped at the bound since start: reads then invalidated by TTL only.
+    /// WatchedUris dropped at the bound since start: reads then invalidated by TTL only.
     pub fn fallbacks(&self) -> u64 {
         self.fallbacks.load(Ordering::Relaxed)
     }
@@ -128,7 +128,7 @@ mod tests {
 
     #[test]
     fn a_uri_is_watched_while_any_entry_holds_it() {
-        let w = Watches::new(1, 10);
+        let w = WatchedUris::new(1, 10);
         let rx = w.changes(0);
         w.retain(0, "a");
         w.retain(0, "a");
@@ -144,7 +144,7 @@ mod tests {
 
     #[test]
     fn past_the_bound_the_oldest_watch_falls_back_and_is_counted() {
-        let w = Watches::new(2, 2);
+        let w = WatchedUris::new(2, 2);
         w.retain(0, "a");
         w.retain(0, "b");
         w.retain(0, "a"); // refreshes a: b is now the oldest

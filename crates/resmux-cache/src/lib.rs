@@ -1,8 +1,23 @@
-//! The result cache (DESIGN §4): upstream results stored in their final downstream form,
-//! weighed in bytes, fresh for the upstream's clamped `ttlMs`, shared when `public` and kept
-//! within one principal when `private`; concurrent misses collapse into one upstream request;
-//! upstream notifications invalidate entries through epochs.
+//! resmux-cache: the result cache (DESIGN §4). Upstream results stored in their final
+//! downstream form, weighed in bytes, fresh for the upstream's clamped `ttlMs`, shared when
+//! `public` and kept within one principal when `private`; concurrent misses collapse into one
+//! upstream request; upstream notifications invalidate entries through epochs. No sockets:
+//! what to fetch on a miss, and from where, is the proxy's router's business.
+//!
+//! Modules, lowest first:
+//! - [`config`]: the `[cache]` section (bounds and the TTL clamps).
+//! - `key`: what an entry is keyed by: method, upstream, canonical params, and the partition
+//!   (shared, or one principal's).
+//! - `epochs`: per-URI and per-list counters that a change notification bumps, so an entry
+//!   stored before the change is never served after it.
+//! - `entry`: a stored result with its TTL, and how a hit splices the `id` and `ttlMs` in.
+//! - `figures`, `flight`, `watched`: hit/miss figures per scope, the single-flight table
+//!   that collapses concurrent misses, and the URIs kept watched upstream while cached.
+//! - `purge`, `view`: the operator's purge by URI, prefix or upstream, and the admin view of
+//!   the largest entries.
+//! - the crate root: [`Cache`], lookups and stores over moka.
 
+pub mod config;
 mod entry;
 mod epochs;
 mod figures;
@@ -10,7 +25,7 @@ mod flight;
 mod key;
 mod purge;
 mod view;
-mod watch;
+mod watched;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,9 +41,9 @@ pub use key::{
 };
 pub use purge::{PurgeCounts, Target};
 pub use view::{EntryView, TopEntries};
-pub use watch::Watches;
+pub use watched::WatchedUris;
 
-use crate::config::CacheConfig;
+pub use crate::config::CacheConfig;
 
 /// What a lookup found.
 pub enum Lookup {
@@ -52,7 +67,7 @@ struct Inner {
     store: moka::sync::Cache<CacheKey, Arc<Entry>>,
     epochs: Epochs,
     /// URIs of cached reads, for the hub's standing listens.
-    watches: Arc<Watches>,
+    watches: Arc<WatchedUris>,
     /// Bytes and evictions per upstream and scope, for the metrics.
     figures: Arc<figures::Figures>,
     /// Operator purges applied here and entries they removed, for the metrics.
@@ -73,7 +88,7 @@ impl Cache {
     /// A cache bounded by `config.max_bytes`, for upstream slots `0..slots`.
     pub fn new(config: CacheConfig, slots: usize) -> Self {
         let upstreams = slots;
-        let watches = Arc::new(Watches::new(upstreams, config.max_watched_uris));
+        let watches = Arc::new(WatchedUris::new(upstreams, config.max_watched_uris));
         let released = watches.clone();
         let figures = Arc::new(figures::Figures::new(upstreams));
         let counted = figures.clone();
@@ -103,7 +118,7 @@ impl Cache {
     }
 
     /// The URIs of cached reads that upstream notifications must be able to evict.
-    pub fn watches(&self) -> &Watches {
+    pub fn watched_uris(&self) -> &WatchedUris {
         &self.0.watches
     }
 
