@@ -28,13 +28,13 @@
 #![forbid(unsafe_code)]
 
 pub use resmux_cache as cache;
+pub use resmux_cluster as cluster;
 pub use resmux_proto::{error, jsonrpc, mcp, secret};
 
 pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod client;
-pub mod cluster;
 pub mod config;
 pub mod downstream;
 pub mod headers;

@@ -16,9 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::Cluster;
 use super::l2::{list_epoch_index, scope_suffix};
-use crate::cache::CachedMethod;
-use crate::mcp::list::{Capability, List};
-use crate::mcp::notify::{Change, Filter};
+use resmux_cache::CachedMethod;
+use resmux_proto::mcp::list::{Capability, List};
+use resmux_proto::mcp::notify::{Change, Filter};
 
 /// Lifetime of a URI's epoch in Redis once it is no longer bumped. A forgotten epoch reads as
 /// 0, which only makes older shared entries look current if they are still within their own
@@ -39,7 +39,7 @@ pub enum Event {
     /// A replica's interest changed: the holder re-reads the union.
     Interest,
     /// An operator purged entries of the upstream (any replica may announce it).
-    Purge(crate::cache::Target),
+    Purge(resmux_cache::Target),
 }
 
 /// What the hub receives.

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::value::{SharedValue, now_ms};
 use super::{Cluster, ClusterError};
-use crate::cache::{BaseKey, CachedMethod, Owner};
+use resmux_cache::{BaseKey, CachedMethod, Owner};
 
 /// The Redis names of one cache key.
 #[derive(Debug, Clone)]
@@ -180,8 +180,8 @@ impl Cluster {
 
     /// Records that upstream `index` announced `change` (or, for `None`, lost its stream)
     /// now, wherever this replica learnt it.
-    pub fn note_change(&self, index: usize, change: Option<&crate::mcp::notify::Change>) {
-        use crate::mcp::notify::Change;
+    pub fn note_change(&self, index: usize, change: Option<&resmux_proto::mcp::notify::Change>) {
+        use resmux_proto::mcp::notify::Change;
         let tag = self.tag(index);
         let now = now_ms();
         let note = |suffix: String| self.0.changed_at.insert(format!("{tag}:{suffix}"), now);

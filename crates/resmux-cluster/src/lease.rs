@@ -17,8 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::Cluster;
 use super::value::now_ms;
-use crate::mcp::list::Capability;
-use crate::mcp::notify::Filter;
+use resmux_proto::mcp::list::Capability;
+use resmux_proto::mcp::notify::Filter;
 
 /// This replica's part in one upstream's listen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

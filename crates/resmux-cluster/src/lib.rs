@@ -1,5 +1,8 @@
-//! Replicas sharing state through Redis (`[cluster]`, DESIGN §9, `docs/scaling.md`).
+//! resmux-cluster: replicas sharing state through Redis (`[cluster]`, DESIGN §9,
+//! `docs/scaling.md`). It knows the cache's keys and the MCP change vocabulary, and nothing of
+//! HTTP or of the proxy's router: the proxy hands it keys and values and gets events back.
 //!
+//! - [`config`]: the `[cluster]` section.
 //! - [`l2`]: a second cache tier behind each replica's moka cache, with cross-replica
 //!   single-flight (a short fill lock per key) and epochs kept in Redis, so that a fill that
 //!   raced a notification on another replica is never stored as fresh.
@@ -14,6 +17,7 @@
 //! on it at all (the health probe decides when to try again).
 
 mod bus;
+pub mod config;
 mod l2;
 mod lease;
 mod purge;
@@ -36,8 +40,8 @@ pub use lease::Role;
 pub use sessions::Adopted;
 pub use value::{SharedValue, now_ms};
 
-use crate::config::ClusterConfig;
-use crate::mcp::notify::Filter;
+pub use crate::config::ClusterConfig;
+use resmux_proto::mcp::notify::Filter;
 
 /// Why a Redis call did not succeed. The request it served goes on without Redis.
 #[derive(Debug, thiserror::Error)]
@@ -60,7 +64,7 @@ pub enum ClusterSetupError {
     #[error("cluster.redis_url is not a valid Redis URL")]
     Url(#[source] redis::RedisError),
     #[error("cluster: cannot read a secret")]
-    Secret(#[source] crate::config::SecretError),
+    Secret(#[source] resmux_proto::secret::SecretError),
     #[error("cluster: no key for private partitions (set cluster.key_secret or proxy.cursor_secret)")]
     NoKey,
 }
@@ -318,7 +322,7 @@ impl Cluster {
         if self.0.healthy.swap(up, Ordering::Relaxed) != up {
             match why {
                 Some(e) => {
-                    tracing::warn!(error = %crate::error::chain(e), "redis unreachable: serving without the cluster tier")
+                    tracing::warn!(error = %resmux_proto::error::chain(e), "redis unreachable: serving without the cluster tier")
                 }
                 None => tracing::info!("redis reachable again: sharing resumes"),
             }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::SecretSource;
+use resmux_proto::secret::SecretSource;
 
 /// How replicas share state.
 #[derive(Debug, Clone, Deserialize)]
@@ -122,7 +122,7 @@ impl ClusterConfig {
     }
 
     /// The Redis URL, read from its secret when given that way.
-    pub fn url(&self) -> Result<Option<String>, super::SecretError> {
+    pub fn url(&self) -> Result<Option<String>, resmux_proto::secret::SecretError> {
         match (&self.redis_url, &self.redis_url_secret) {
             (Some(url), _) => Ok(Some(url.clone())),
             (None, Some(secret)) => secret.resolve().map(Some),

@@ -14,8 +14,8 @@ use tokio::time::Instant;
 use super::bus::{Event, Outgoing, URI_EPOCH_TTL};
 use super::l2::scope_suffix;
 use super::{Cluster, ClusterError};
-use crate::cache::{CachedMethod, Target, canonical_params_with};
-use crate::jsonrpc::RawObject;
+use resmux_cache::{CachedMethod, Target, canonical_params_with};
+use resmux_proto::jsonrpc::RawObject;
 
 /// Keys asked for per SCAN call (a hint to Redis, which may return more or fewer).
 const SCAN_BATCH: u64 = 500;

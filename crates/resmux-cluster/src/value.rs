@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
-use crate::cache::Stored;
+use resmux_cache::Stored;
 
 const MAGIC: &[u8; 4] = b"RMX1";
 const HEADER: usize = 4 + 1 + 1 + 8 * 4;
