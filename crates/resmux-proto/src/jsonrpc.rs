@@ -12,6 +12,7 @@ mod error_map;
 mod incoming;
 mod inline;
 mod lex;
+mod lexeme;
 mod raw_object;
 mod reply;
 mod rpc_error;
@@ -19,10 +20,10 @@ pub mod scan;
 
 pub use encode::{
     Head, Spliced, concat, encode_error, encode_notification, encode_request, encode_result, encode_result_pieces,
-    write_json_string,
 };
 pub use incoming::{DEFAULT_MAX_DEPTH, Incoming, Kind, MAX_DEPTH_LIMIT, MessageError, RequestId};
 pub use lex::JsonError;
+pub use lexeme::write_json_string;
 pub use raw_object::{RawJson, RawObject, raw_str};
 pub use reply::{Malformed, Reply};
 pub use rpc_error::{RpcError, code};

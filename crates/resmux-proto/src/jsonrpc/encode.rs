@@ -2,25 +2,11 @@
 
 use bytes::Bytes;
 
+use super::lexeme::write_json_string;
+
 use super::incoming::RequestId;
 use super::inline::Inline;
 use super::rpc_error::RpcError;
-
-/// Appends `s` as a JSON string literal, escaped as serde_json escapes it. Text with nothing
-/// to escape (no `"`, `\` or control character: a URI, a key, a cursor) is copied between
-/// quotes, found by the reader's word-at-a-time test; serde_json's escaper, a table lookup per
-/// byte, took about 140 instructions for a short key.
-pub fn write_json_string(out: &mut Vec<u8>, s: &str) {
-    if super::lex::needs_no_escape(s) {
-        out.reserve(s.len() + 2);
-        out.push(b'"');
-        out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
-        return;
-    }
-    // serde_json's escaper writes into any io::Write; a Vec never fails.
-    serde_json::to_writer(&mut *out, s).expect("writing to a Vec cannot fail");
-}
 
 /// `parts` back to back, in one allocation of exactly their length: `Bytes` takes a `Vec`
 /// whose length is its capacity as it is, where any other `Vec` costs it a second allocation.

@@ -9,6 +9,8 @@
 
 use std::borrow::Cow;
 
+use super::lexeme::{KEYWORDS, UNICODE_HEX_DIGITS, is_simple_escape, is_ws, number_len, string_stops};
+
 /// The deepest nesting the reader can track (and serde_json's own recursion limit).
 pub const MAX_DEPTH: usize = 128;
 
@@ -79,26 +81,6 @@ pub(crate) struct Reader<'a> {
     max_depth: usize,
 }
 
-/// A byte of `w` that ends a run of plain string bytes (`"`, `\`, or a control character),
-/// as the lowest set high bit of its lane. Lanes above the first such byte may be flagged
-/// falsely (borrows), which the caller never looks at.
-fn string_stop(w: u64) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
-    let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
-    control | zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\')))
-}
-
-/// Whether `s` has no byte a JSON string must escape (`"`, `\\`, or a control character), so
-/// that it is its own JSON text between quotes.
-pub(crate) fn needs_no_escape(s: &str) -> bool {
-    let mut words = s.as_bytes().chunks_exact(8);
-    let stops =
-        words.by_ref().fold(0, |stops, w| stops | string_stop(u64::from_le_bytes(w.try_into().expect("8 bytes"))));
-    stops == 0 && words.remainder().iter().all(|&b| b >= 0x20 && b != b'"' && b != b'\\')
-}
-
 impl<'a> Reader<'a> {
     /// A reader over `text` that refuses nesting deeper than `max_depth` (at most [`MAX_DEPTH`]).
     pub(crate) fn new(text: &'a str, max_depth: usize) -> Self {
@@ -125,7 +107,7 @@ impl<'a> Reader<'a> {
 
     /// Skips insignificant whitespace.
     pub(crate) fn ws(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+        while self.peek().is_some_and(is_ws) {
             self.pos += 1;
         }
     }
@@ -155,7 +137,7 @@ impl<'a> Reader<'a> {
         let mut escaped = false;
         loop {
             while let Some(chunk) = bytes.get(i..i + 8) {
-                let stop = string_stop(u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
+                let stop = string_stops(u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
                 if stop != 0 {
                     i += (stop.trailing_zeros() / 8) as usize;
                     break;
@@ -173,10 +155,13 @@ impl<'a> Reader<'a> {
                 }
                 Some(b'\\') => {
                     escaped = true;
+                    let hex = usize::from(UNICODE_HEX_DIGITS);
                     match bytes.get(i + 1) {
-                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
-                        Some(b'u') if bytes.get(i + 2..i + 6).is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) => {
-                            i += 6
+                        Some(&c) if is_simple_escape(c) => i += 2,
+                        Some(b'u')
+                            if bytes.get(i + 2..i + 2 + hex).is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) =>
+                        {
+                            i += 2 + hex
                         }
                         _ => {
                             self.pos = i;
@@ -201,49 +186,24 @@ impl<'a> Reader<'a> {
         (self.peek() == Some(b'"')).then(|| self.string())
     }
 
-    fn digits(&mut self) -> usize {
-        let start = self.pos;
-        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
-            self.pos += 1;
-        }
-        self.pos - start
-    }
-
     fn number(&mut self) -> Result<(), JsonError> {
-        if self.peek() == Some(b'-') {
-            self.pos += 1;
-        }
-        match self.peek() {
-            Some(b'0') => self.pos += 1,
-            Some(b'1'..=b'9') => {
-                self.digits();
+        match number_len(&self.text.as_bytes()[self.pos..]) {
+            Some(n) => {
+                self.pos += n;
+                Ok(())
             }
-            _ => return Err(self.error("invalid number")),
+            None => Err(self.error("invalid number")),
         }
-        if self.peek() == Some(b'.') {
-            self.pos += 1;
-            if self.digits() == 0 {
-                return Err(self.error("invalid number"));
-            }
-        }
-        if let Some(b'e' | b'E') = self.peek() {
-            self.pos += 1;
-            if let Some(b'+' | b'-') = self.peek() {
-                self.pos += 1;
-            }
-            if self.digits() == 0 {
-                return Err(self.error("invalid number"));
-            }
-        }
-        Ok(())
     }
 
-    fn literal(&mut self, word: &'static str) -> Result<(), JsonError> {
-        if self.text.as_bytes()[self.pos..].starts_with(word.as_bytes()) {
-            self.pos += word.len();
-            Ok(())
-        } else {
-            Err(self.error("expected a value"))
+    fn keyword(&mut self) -> Result<(), JsonError> {
+        let rest = &self.text.as_bytes()[self.pos..];
+        match KEYWORDS.iter().find(|word| rest.starts_with(word)) {
+            Some(word) => {
+                self.pos += word.len();
+                Ok(())
+            }
+            None => Err(self.error("expected a value")),
         }
     }
 
@@ -251,9 +211,7 @@ impl<'a> Reader<'a> {
     fn scalar(&mut self) -> Result<(), JsonError> {
         match self.peek() {
             Some(b'"') => self.string().map(drop),
-            Some(b't') => self.literal("true"),
-            Some(b'f') => self.literal("false"),
-            Some(b'n') => self.literal("null"),
+            Some(b't' | b'f' | b'n') => self.keyword(),
             Some(b'-' | b'0'..=b'9') => self.number(),
             Some(_) => Err(self.error("expected a value")),
             None => Err(self.error("unexpected end of input")),

@@ -146,7 +146,7 @@ impl<'a> RawObject<'a> {
     /// Sets `key` to a JSON string.
     pub fn set_string(&mut self, key: &'a str, value: &str) {
         let mut out = Vec::with_capacity(value.len() + 2);
-        super::write_json_string(&mut out, value);
+        super::lexeme::write_json_string(&mut out, value);
         self.set_text(key, Cow::Owned(String::from_utf8(out).expect("the codec writes UTF-8")));
     }
 
@@ -183,7 +183,7 @@ impl<'a> RawObject<'a> {
             if i > 0 {
                 out.push(b',');
             }
-            super::write_json_string(out, k);
+            super::lexeme::write_json_string(out, k);
             out.push(b':');
             out.extend_from_slice(v.as_bytes());
         }
@@ -214,7 +214,7 @@ pub(crate) fn owned_raw(json: Vec<u8>) -> Box<RawValue> {
 pub fn raw_str<'a>(raw: impl Into<RawJson<'a>>) -> Option<Cow<'a, str>> {
     let inner = raw.into().0.strip_prefix('"')?.strip_suffix('"')?;
     // Checked JSON: the only byte inside a string that needs escaping is an escape's `\`.
-    lex::decode_string(inner, !lex::needs_no_escape(inner)).ok()
+    lex::decode_string(inner, !super::lexeme::needs_no_escape(inner)).ok()
 }
 
 #[cfg(test)]

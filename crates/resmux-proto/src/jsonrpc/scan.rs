@@ -18,8 +18,10 @@
 mod lexeme;
 mod members;
 
+use lexeme::Esc;
 pub use lexeme::Utf8Check;
-use lexeme::{Esc, is_ws};
+
+use super::lexeme::{is_string_stop, is_ws};
 
 /// Rewrites one item URI into the downstream namespace.
 pub type UriOut = Box<dyn Fn(&str) -> String + Send + Sync>;
@@ -347,7 +349,7 @@ impl ReadScan {
         let mut i = 0;
         while i < input.len() {
             let (run, end) = match self.esc {
-                Esc::None => match input[i..].iter().position(|&c| c == b'"' || c == b'\\' || c < 0x20) {
+                Esc::None => match input[i..].iter().position(|&c| is_string_stop(c)) {
                     Some(n) => (n, true),
                     None => (input.len() - i, false),
                 },

@@ -197,8 +197,14 @@ fn long_strings_are_scanned_in_words_and_stop_at_the_first_special_byte() {
         let escaped = format!("\"{s}\\\"{s}\"");
         assert_eq!(read(&escaped, 1), Ok(escaped.as_str()));
     }
-    assert_eq!(string_stop(u64::from_le_bytes(*b"abc\"defg")).trailing_zeros() / 8, 3);
-    assert_eq!(string_stop(u64::from_le_bytes(*b"\x80\xff\x7f~ }{\\")).trailing_zeros() / 8, 7);
-    assert_eq!(string_stop(u64::from_le_bytes(*b"\xe9\x1f\"\"\"\"\"\"")).trailing_zeros() / 8, 1);
-    assert_eq!(string_stop(u64::from_le_bytes(*b"plain ok")), 0);
+    assert_eq!(crate::jsonrpc::lexeme::string_stops(u64::from_le_bytes(*b"abc\"defg")).trailing_zeros() / 8, 3);
+    assert_eq!(
+        crate::jsonrpc::lexeme::string_stops(u64::from_le_bytes(*b"\x80\xff\x7f~ }{\\")).trailing_zeros() / 8,
+        7
+    );
+    assert_eq!(
+        crate::jsonrpc::lexeme::string_stops(u64::from_le_bytes(*b"\xe9\x1f\"\"\"\"\"\"")).trailing_zeros() / 8,
+        1
+    );
+    assert_eq!(crate::jsonrpc::lexeme::string_stops(u64::from_le_bytes(*b"plain ok")), 0);
 }

@@ -1,5 +1,7 @@
-//! The small lexical pieces of the incremental pass: string escapes, literals, whitespace,
-//! and UTF-8 checked across chunk boundaries.
+//! The incremental pass's view of JSON's lexemes ([`crate::jsonrpc::lexeme`]): a string's
+//! escape state carried from one chunk to the next, and UTF-8 checked across chunk boundaries.
+
+use crate::jsonrpc::lexeme::{UNICODE_HEX_DIGITS, is_simple_escape, is_string_stop};
 
 /// Where a string scan stands with respect to escapes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,56 +22,16 @@ impl Esc {
             Esc::None | Esc::Closed => match c {
                 b'"' => Some(Esc::Closed),
                 b'\\' => Some(Esc::Backslash),
-                0..0x20 => None,
+                _ if is_string_stop(c) => None,
                 _ => Some(Esc::None),
             },
-            Esc::Backslash => match c {
-                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Some(Esc::None),
-                b'u' => Some(Esc::Hex(4)),
-                _ => None,
-            },
+            Esc::Backslash if is_simple_escape(c) => Some(Esc::None),
+            Esc::Backslash if c == b'u' => Some(Esc::Hex(UNICODE_HEX_DIGITS)),
+            Esc::Backslash => None,
             Esc::Hex(n) if c.is_ascii_hexdigit() => Some(if n == 1 { Esc::None } else { Esc::Hex(n - 1) }),
             Esc::Hex(_) => None,
         }
     }
-}
-
-/// JSON whitespace.
-pub fn is_ws(b: u8) -> bool {
-    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
-}
-
-/// Whether `lit` is `true`, `false`, `null` or a number in JSON's grammar.
-pub fn valid_literal(lit: &[u8]) -> bool {
-    if matches!(lit, b"true" | b"false" | b"null") {
-        return true;
-    }
-    let mut s = lit.strip_prefix(b"-").unwrap_or(lit);
-    let digits = |s: &mut &[u8]| {
-        let n = s.iter().take_while(|c| c.is_ascii_digit()).count();
-        *s = &s[n..];
-        n
-    };
-    match s.first() {
-        Some(b'0') => s = &s[1..],
-        Some(b'1'..=b'9') => {
-            digits(&mut s);
-        }
-        _ => return false,
-    }
-    if let Some(rest) = s.strip_prefix(b".") {
-        s = rest;
-        if digits(&mut s) == 0 {
-            return false;
-        }
-    }
-    if let Some(rest) = s.strip_prefix(b"e").or_else(|| s.strip_prefix(b"E")) {
-        s = rest.strip_prefix(b"+").or_else(|| rest.strip_prefix(b"-")).unwrap_or(rest);
-        if digits(&mut s) == 0 {
-            return false;
-        }
-    }
-    s.is_empty()
 }
 
 /// Checks a byte stream is UTF-8, chunk by chunk; a character split between two chunks is

@@ -1,8 +1,8 @@
 //! The members of the pass: what a key makes of its value, the end of a value (captures
 //! checked, the URI rewritten), the end of a container (missing result members added).
 
-use super::lexeme::valid_literal;
 use super::{KEY_MAX, ReadScan, ScanError, Sink, Slot, State};
+use crate::jsonrpc::lexeme::is_scalar_literal;
 
 impl ReadScan {
     /// String bytes of a key (held while it may be one the pass looks for) or of a value.
@@ -70,7 +70,7 @@ impl ReadScan {
     }
 
     pub(super) fn end_literal(&mut self, out: &mut Vec<u8>) -> Result<(), ScanError> {
-        if !valid_literal(&self.lit) {
+        if !is_scalar_literal(&self.lit) {
             return Err(self.syntax("bad literal"));
         }
         let lit = std::mem::take(&mut self.lit);
@@ -94,7 +94,7 @@ impl ReadScan {
                             out.push(b',');
                         }
                         any = true;
-                        crate::jsonrpc::write_json_string(out, key);
+                        crate::jsonrpc::lexeme::write_json_string(out, key);
                         out.push(b':');
                         out.extend_from_slice(value.as_bytes());
                     }
@@ -130,7 +130,7 @@ impl ReadScan {
                 Slot::Uri => {
                     let uri: String = serde_json::from_slice(&cap).map_err(|_| self.syntax("bad uri string"))?;
                     let f = self.spec.uri_out.as_ref().expect("uri slots exist only when rewriting");
-                    crate::jsonrpc::write_json_string(out, &f(&uri));
+                    crate::jsonrpc::lexeme::write_json_string(out, &f(&uri));
                 }
                 _ => {}
             }
