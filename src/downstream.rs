@@ -16,7 +16,7 @@ mod progress;
 pub mod rate;
 mod respond;
 pub mod stdio;
-pub mod validate;
+pub use crate::mcp::validate;
 
 pub use http::Endpoint;
 pub use resmux_http::acceptor::{Limits, serve};

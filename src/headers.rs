@@ -6,6 +6,7 @@ use http::{HeaderName, header};
 use resmux_http::headers::{self as view, KnownNames, token_is};
 
 use crate::mcp;
+use crate::mcp::validate::{Mirrored, Seen};
 
 pub use resmux_http::headers::{NotVisible, Place, name_fits, to_str};
 
@@ -99,13 +100,47 @@ impl KnownNames for Known {
     }
 }
 
-/// Headers as a lean request's bytes and places, for tests.
-#[cfg(test)]
-pub(crate) use resmux_http::headers::lines;
+/// The three mirrored headers the spec's validation compares with the body, read in one pass
+/// over the headers as they were read.
+pub fn mirrored(headers: Headers<'_>) -> Mirrored<'_> {
+    fn seen(value: Option<Result<&str, NotVisible>>) -> Seen<'_> {
+        match value {
+            None => Seen::Absent,
+            Some(Err(NotVisible)) => Seen::NotVisible,
+            Some(Ok(text)) => Seen::Text(text),
+        }
+    }
+    let [version, method, name] = headers.visible_many([Known::ProtocolVersion, Known::Method, Known::Name]);
+    Mirrored { version: seen(version), method: seen(method), name: seen(name) }
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::{HeaderMap, HeaderValue};
+    use proptest::prelude::*;
+    use resmux_http::headers::lines;
+
+    proptest! {
+        /// The mirrored triple reads the same from the lean path's raw head as from the map
+        /// hyper would have built from the same headers.
+        #[test]
+        fn the_mirrored_headers_read_the_same_raw_or_mapped(
+            headers in proptest::collection::vec((0..4usize, any::<bool>(), "[ -~\t\u{80}-\u{ff}]{0,8}"), 0..8)
+        ) {
+            const NAMES: [&str; 4] = ["mcp-protocol-version", "mcp-method", "mcp-name", "host"];
+            let mut map = HeaderMap::new();
+            let mut sent = Vec::new();
+            for (i, upper, value) in &headers {
+                let name = if *upper { NAMES[*i].to_ascii_uppercase() } else { NAMES[*i].to_owned() };
+                map.append(HeaderName::from_bytes(name.as_bytes()).unwrap(), HeaderValue::from_bytes(value.as_bytes()).unwrap());
+                sent.push((name, value.clone()));
+            }
+            let sent: Vec<(&str, &str)> = sent.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+            let (bytes, places) = lines(&sent);
+            prop_assert_eq!(mirrored(Headers::Raw(Raw::of_places(&bytes, &places))), mirrored(Headers::Map(&map)));
+        }
+    }
 
     #[test]
     fn each_known_name_is_found_in_any_case_and_no_other() {
