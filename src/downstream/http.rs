@@ -21,7 +21,7 @@ use super::validate::{self, Body};
 use crate::auth::Authenticator;
 use crate::config::ListenConfig;
 use crate::error::DownstreamError;
-use crate::headers::{Headers, Known};
+use crate::headers::Known;
 use crate::hub::Hub;
 use crate::jsonrpc::{Incoming, Kind};
 use crate::mcp::legacy_method;
@@ -184,13 +184,7 @@ impl Endpoint {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let (parts, body) = req.into_parts();
-        let front = Front {
-            method: &parts.method,
-            path: parts.uri.path(),
-            authority: parts.uri.authority().map(http::uri::Authority::as_str),
-            headers: Headers::Map(&parts.headers),
-        };
-        self.serve_front(front, body, peer).await
+        self.serve_front(Front::of(&parts), body, peer).await
     }
 
     /// Serves one request whose head is `front` and whose body is `body`, from `peer`, in its

@@ -74,6 +74,19 @@ pub(crate) struct Lean<S: Service> {
     pub watcher: Watcher,
 }
 
+type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// What hyper's `serve_connection` asks of the service a connection is handed to.
+pub(crate) trait HyperService:
+    HttpService<Incoming, Error: Into<BoxError>, ResBody: hyper::body::Body<Error: Into<BoxError>> + 'static>
+{
+}
+
+impl<H> HyperService for H where
+    H: HttpService<Incoming, Error: Into<BoxError>, ResBody: hyper::body::Body<Error: Into<BoxError>> + 'static>
+{
+}
+
 /// The service's path as a request target (`None`: not one, and the lean path is not used).
 pub(crate) fn target(path: &str) -> Option<Uri> {
     Uri::from_maybe_shared(Bytes::copy_from_slice(path.as_bytes())).ok().filter(|u| u.path() == path)
@@ -109,10 +122,7 @@ pub(crate) async fn serve<T, S, H>(mut io: T, lean: Lean<S>, hyper_service: H) -
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: Service,
-    H: HttpService<Incoming>,
-    H::Error: Into<Box<dyn StdError + Send + Sync>>,
-    H::ResBody: 'static,
-    <H::ResBody as hyper::body::Body>::Error: Into<Box<dyn StdError + Send + Sync>>,
+    H: HyperService,
 {
     let mut buf = BytesMut::new();
     // Made again after a stream, which does without it (see below).
@@ -282,10 +292,7 @@ async fn hand_off<T, S, H>(read: BytesMut, io: T, lean: Lean<S>, hyper_service: 
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: Service,
-    H: HttpService<Incoming>,
-    H::Error: Into<Box<dyn StdError + Send + Sync>>,
-    H::ResBody: 'static,
-    <H::ResBody as hyper::body::Body>::Error: Into<Box<dyn StdError + Send + Sync>>,
+    H: HyperService,
 {
     let io = TokioIo::new(Rewind::new(read.freeze(), io));
     // Boxed: the lean task stays small while it holds a stream; hyper's state is allocated

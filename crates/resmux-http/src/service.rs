@@ -28,6 +28,18 @@ pub struct Front<'a, K> {
     pub headers: Headers<'a, K>,
 }
 
+impl<'a, K> Front<'a, K> {
+    /// The head of a request hyper parsed.
+    pub fn of(parts: &'a http::request::Parts) -> Self {
+        Self {
+            method: &parts.method,
+            path: parts.uri.path(),
+            authority: parts.uri.authority().map(http::uri::Authority::as_str),
+            headers: Headers::Map(&parts.headers),
+        }
+    }
+}
+
 impl<K> Clone for Front<'_, K> {
     fn clone(&self) -> Self {
         *self

@@ -14,7 +14,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 
 use crate::body::channel;
-use crate::headers::{Headers, KnownNames, token_is};
+use crate::headers::{KnownNames, token_is};
 use crate::respond::{Resp, empty, json, plain, with_type};
 use crate::service::{ConnEvent, Front, Service};
 use crate::whole::whole;
@@ -72,13 +72,7 @@ impl Service for Toy {
 
     async fn serve(&self, req: Request<Incoming>, _: Option<IpAddr>) -> Resp {
         let (parts, body) = req.into_parts();
-        let front = Front {
-            method: &parts.method,
-            path: parts.uri.path(),
-            authority: parts.uri.authority().map(http::uri::Authority::as_str),
-            headers: Headers::Map(&parts.headers),
-        };
-        answer(front, whole(body, MAX_BODY).await.ok())
+        answer(Front::of(&parts), whole(body, MAX_BODY).await.ok())
     }
 
     fn serve_front<'a>(
