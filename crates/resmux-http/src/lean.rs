@@ -11,7 +11,7 @@
 //! then waits for its next request the same way. Anything else (including a head over
 //! `max_header_bytes`, whatever the reads that brought it) is handed to hyper with the bytes
 //! read so far, exactly as if hyper had read them, and hyper serves the connection from that
-//! request on: the framing rules are hyper's, and `tests/framing.rs` holds the two paths to
+//! request on: the framing rules are hyper's, and `lean/framing.rs` holds the two paths to
 //! the same answers on arbitrary byte streams.
 
 #[cfg(test)]

@@ -29,7 +29,7 @@
 //!   [`ConnEvent`]: all the connection layer asks of, and tells, the application.
 //! - `lean`: the lean HTTP/1.1 path: small POSTs to the service's path read, answered and
 //!   written here, everything else handed to hyper with the bytes read so far. It must not
-//!   frame anything differently from hyper (`tests/framing.rs` holds it to that).
+//!   frame anything differently from hyper (the property test in `lean/framing.rs` holds it to that).
 //! - [`acceptor`]: the TCP accept loop: connection bounds, per-IP refusals, TLS, HTTP/1.1 or
 //!   HTTP/2, the lean path, graceful shutdown.
 
