@@ -71,7 +71,8 @@ fn framing() -> impl Strategy<Value = Framing> {
     ]
 }
 
-/// A header line's name and value (`None`: a line that is not `name: value`).
+/// A header line's name and value (an empty name: the value is the whole line; `bad header`:
+/// a name with a space and no colon after it).
 fn header() -> impl Strategy<Value = (String, Vec<u8>)> {
     let line = |n: &str, v: &[u8]| (n.to_owned(), v.to_vec());
     prop_oneof![
