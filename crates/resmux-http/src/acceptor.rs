@@ -43,7 +43,7 @@ use tracing::Instrument;
 
 use crate::coalesce::Coalesced;
 use crate::conn_timer::{ConnTimer, Expired, Timed, Tracked};
-use crate::lean::{self, Lean, Takes};
+use crate::lean::{self, Lean, Takes, http1_builder};
 use crate::per_ip::{IpSlot, PerIp};
 use crate::quiet::Quiet;
 use crate::service::{ConnEvent, Service};
@@ -229,15 +229,6 @@ pub async fn serve<S: Service>(
     if tokio::time::timeout(HANDSHAKE, tasks.wait()).await.is_err() {
         tracing::warn!(open = tasks.len(), "downstream connection tasks outlived the drain");
     }
-}
-
-/// hyper's HTTP/1 settings for a head bound of `max_header_bytes`: `max_header_size`, and the
-/// read buffer (at least hyper's smallest). No hyper timer (so no `header_read_timeout`): the
-/// connection timer times heads and idle connections.
-pub(crate) fn http1_builder(max_header_bytes: usize) -> hyper::server::conn::http1::Builder {
-    let mut http1 = hyper::server::conn::http1::Builder::new();
-    http1.max_header_size(max_header_bytes).max_buf_size(max_header_bytes.max(8192));
-    http1
 }
 
 /// What a connection holds until it ends.

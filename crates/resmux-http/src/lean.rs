@@ -300,6 +300,15 @@ where
     Box::pin(lean.watcher.watch(lean.http1.serve_connection(io, hyper_service))).await
 }
 
+/// hyper's HTTP/1 settings for a head bound of `max_header_bytes`: `max_header_size`, and the
+/// read buffer (at least hyper's smallest). No hyper timer (so no `header_read_timeout`): the
+/// connection timer times heads and idle connections.
+pub(crate) fn http1_builder(max_header_bytes: usize) -> hyper::server::conn::http1::Builder {
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1.max_header_size(max_header_bytes).max_buf_size(max_header_bytes.max(8192));
+    http1
+}
+
 #[cfg(test)]
 mod tests {
     use tokio::io::AsyncWriteExt;

@@ -32,8 +32,7 @@ use proptest::prelude::*;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::sync::CancellationToken;
 
-use super::{Lean, Takes};
-use crate::acceptor::http1_builder;
+use super::{Lean, Takes, http1_builder};
 use crate::conn_timer::{ConnTimer, Tracked};
 use crate::service::Service;
 use toy::Toy;
