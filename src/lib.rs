@@ -41,6 +41,7 @@ pub use resmux_cache as cache;
 pub use resmux_cluster as cluster;
 pub use resmux_http::{client, tls, whole};
 pub use resmux_proto::{error, jsonrpc, mcp, secret};
+pub use resmux_sample as sample;
 
 pub mod admin;
 pub mod app;
@@ -51,7 +52,6 @@ pub mod headers;
 pub mod hub;
 pub mod periodic;
 pub mod router;
-pub mod sample;
 pub mod status;
 pub mod telemetry;
 pub mod upstream;

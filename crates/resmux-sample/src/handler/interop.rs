@@ -5,8 +5,8 @@ use serde_json::{Value, json};
 
 #[cfg(doc)]
 use super::super::content::SampleSpec;
-use crate::jsonrpc::{RawObject, RpcError, code};
-use crate::mcp;
+use resmux_proto::jsonrpc::{RawObject, RpcError, code};
+use resmux_proto::mcp;
 
 /// The interop tools (see [`SampleSpec::interop`]).
 pub(super) fn interop_tools() -> Vec<Value> {

@@ -18,10 +18,10 @@ use serde_json::Value;
 
 use super::handler::{Handled, Listen, ListenStep, Sample, ack_notification};
 use super::respond::{Closed, Resp, json, record_and_fail, sse, status};
-use crate::downstream::validate::{self, Body};
-use crate::error::Error;
-use crate::jsonrpc::{Incoming, RequestId, encode_error, encode_result};
-use crate::whole::whole;
+use resmux_http::whole::whole;
+use resmux_proto::error::Error;
+use resmux_proto::jsonrpc::{Incoming, RequestId, encode_error, encode_result};
+use resmux_proto::mcp::validate::{self, Body};
 
 /// A running sample HTTP server. Dropping it does not stop it; call [`SampleHttp::stop`].
 pub struct SampleHttp {
@@ -39,7 +39,7 @@ impl SampleHttp {
     }
 
     /// Starts `sample` on `addr` serving HTTPS with `tls` (which may require client
-    /// certificates; see [`crate::tls::server_config`]).
+    /// certificates; see `resmux_http::tls::server_config`).
     pub async fn start_tls(sample: Sample, addr: SocketAddr, tls: Arc<rustls::ServerConfig>) -> std::io::Result<Self> {
         Self::start_with(sample, addr, Some(TlsAcceptor::from(tls))).await
     }

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use http::HeaderMap;
 use serde_json::Value;
 
-use crate::mcp;
+use resmux_proto::mcp;
 
 /// One HTTP request as the sample server received it.
 #[derive(Debug, Clone)]

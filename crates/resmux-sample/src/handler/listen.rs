@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::{Handled, Sample};
-use crate::jsonrpc::{RawObject, RpcError, code};
-use crate::mcp::{self, method as m};
+use resmux_proto::jsonrpc::{RawObject, RpcError, code};
+use resmux_proto::mcp::{self, method as m};
 
 /// An accepted `subscriptions/listen`.
 pub struct Listen {
@@ -62,7 +62,7 @@ impl Sample {
         v
     }
 
-    pub(in crate::sample) fn listen_opened(&self, listen: &Listen) -> ListenGuard {
+    pub(crate) fn listen_opened(&self, listen: &Listen) -> ListenGuard {
         self.0.listens_open.fetch_add(1, Ordering::Relaxed);
         let n = self.0.listens_total.fetch_add(1, Ordering::Relaxed);
         self.0.active.lock().expect("active").insert(n, listen.uris.clone());
@@ -92,7 +92,7 @@ impl Sample {
 }
 
 /// Forgets a listen stream when it ends.
-pub(in crate::sample) struct ListenGuard(Sample, u64);
+pub(crate) struct ListenGuard(Sample, u64);
 
 impl Drop for ListenGuard {
     fn drop(&mut self) {

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::sample::content::{Doc, SampleSpec};
+use crate::content::{Doc, SampleSpec};
 
 /// Their `resources/list` items.
 pub(super) fn resources(spec: &SampleSpec) -> impl Iterator<Item = Value> + '_ {

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 
 use super::handler::Sample;
 use super::record::Failure;
-use crate::jsonrpc::{Incoming, Kind, encode_error};
+use resmux_proto::jsonrpc::{Incoming, Kind, encode_error};
 
 pub(super) type Resp = Response<BoxBody<Bytes, Infallible>>;
 
@@ -46,7 +46,7 @@ pub(super) fn record_and_fail(
         Some(Failure::Close) => Err(Closed),
         Some(Failure::Status(code)) => Ok(Some(status(StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY)))),
         Some(Failure::Error { status: http, code }) => {
-            let err = crate::jsonrpc::RpcError::new(code, "injected failure");
+            let err = resmux_proto::jsonrpc::RpcError::new(code, "injected failure");
             let http = StatusCode::from_u16(http).unwrap_or(StatusCode::BAD_REQUEST);
             Ok(Some(json(http, encode_error(msg.id.as_ref(), &err))))
         }

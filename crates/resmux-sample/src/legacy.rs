@@ -14,9 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::handler::{Handled, Sample, SampleEvent};
 use super::respond::{Closed, Resp, json, record_and_fail, sse, status};
-use crate::jsonrpc::{Incoming, Kind, RawObject, RpcError, code, encode_error, encode_result, raw_str};
-use crate::mcp;
-use crate::whole::whole;
+use resmux_http::whole::whole;
+use resmux_proto::jsonrpc::{Incoming, Kind, RawObject, RpcError, code, encode_error, encode_result, raw_str};
+use resmux_proto::mcp;
 
 pub(super) async fn serve(
     sample: &Sample,
@@ -132,7 +132,7 @@ async fn post(sample: &Sample, session: Option<String>, msg: &Incoming<'_>, text
 
 /// The `confirm` tool: asks the client (`elicitation/create`) on the call's own SSE stream,
 /// waits for the answer POSTed back, then finishes the call with what the client said.
-fn confirm(sample: &Sample, id: crate::jsonrpc::RequestId) -> Resp {
+fn confirm(sample: &Sample, id: resmux_proto::jsonrpc::RequestId) -> Resp {
     let question_id = format!("\"q-{}\"", sample.total());
     let (answer_tx, answer_rx) = tokio::sync::oneshot::channel();
     sample.sessions().asked.lock().expect("asked").insert(question_id.clone(), answer_tx);

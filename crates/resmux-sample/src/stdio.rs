@@ -10,8 +10,8 @@ use tokio_util::codec::{FramedRead, LinesCodec};
 use tokio_util::sync::CancellationToken;
 
 use super::handler::{Handled, ListenStep, Sample, ack_notification};
-use crate::jsonrpc::{Incoming, Kind, RawObject, RpcError, code, encode_error, encode_result};
-use crate::mcp;
+use resmux_proto::jsonrpc::{Incoming, Kind, RawObject, RpcError, code, encode_error, encode_result};
+use resmux_proto::mcp;
 
 /// Serves `sample` on this process's stdin/stdout until stdin closes.
 pub async fn serve_stdio(sample: Sample) -> std::io::Result<()> {
