@@ -67,4 +67,5 @@ pub mod validate;
 mod watch;
 
 pub use http::Endpoint;
+pub use listen::ListenStream;
 pub use listener::serve;

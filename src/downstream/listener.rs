@@ -175,11 +175,14 @@ pub async fn serve(
             move |req| {
                 let in_flight = watch.begin();
                 let endpoint = endpoint.clone();
-                async move {
+                // Boxed: hyper keeps an HTTP/2 stream's task the size of this future for the
+                // stream's whole life, and a listen stream lives for hours after its request
+                // was answered; boxed, the request's state is freed once it is.
+                Box::pin(async move {
                     Ok::<_, Infallible>(
                         endpoint.serve_from(req, Some(peer.ip())).await.map(|b| Tracked::new(b, in_flight)),
                     )
-                }
+                })
             }
         });
         let held = Held { permit, slot, peer, watch: watch.clone(), metrics: metrics.clone(), force: force.clone() };
