@@ -1,8 +1,8 @@
 //! Listeners held in this process over in-memory streams: the real proxy (`App`) in front of a
 //! real sample upstream on loopback, its real hub, and the real listen streams
 //! ([`ListenStream`], what a listen's HTTP body pulls), polled by "connection" tasks that
-//! write each frame to a counting sink. Shared by the 10,000-listener memory test and the
-//! million-listener measurement (`benches/listeners.rs`), which include this file.
+//! write each frame to a counting sink. Shared by `tests/listeners.rs` and the
+//! million-listener measurement (`benches/million_listeners.rs`), which include this file.
 //!
 //! Memory is counted by a global allocator that each including binary installs (the one
 //! documented exception to the crate's `forbid(unsafe_code)`: a test binary's own allocator).
@@ -66,9 +66,10 @@ pub struct Proxy {
     pub app: App,
 }
 
-/// Starts a sample upstream and the proxy in front of it, with room for `listeners`, and waits
-/// until the upstream is discovered (a listen on [`URI`] is honoured).
-pub async fn proxy(listeners: usize) -> Proxy {
+/// Starts a sample upstream and the proxy in front of it, with room for `listeners` and the
+/// config `tweak`ed, and waits until the upstream is discovered (a listen on [`URI`] is
+/// honoured).
+pub async fn proxy(listeners: usize, tweak: impl FnOnce(&mut Config)) -> Proxy {
     let up = SampleHttp::start(Sample::new(SampleSpec::generated("docs", 3)), "127.0.0.1:0".parse().unwrap())
         .await
         .expect("bind sample");
@@ -76,6 +77,7 @@ pub async fn proxy(listeners: usize) -> Proxy {
     cfg.listen.addr = "127.0.0.1:0".parse().unwrap();
     cfg.upstreams = vec![UpstreamConfig::http("docs", &up.url())];
     cfg.hub.max_listeners = listeners + 1;
+    tweak(&mut cfg);
     let app = App::start(cfg).await.expect("proxy starts");
     let start = Instant::now();
     loop {
@@ -90,7 +92,8 @@ pub async fn proxy(listeners: usize) -> Proxy {
     Proxy { up, app }
 }
 
-fn filter() -> Filter {
+/// A listen on [`URI`].
+pub fn filter() -> Filter {
     Filter { uris: BTreeSet::from([URI.to_owned()]), ..Filter::default() }
 }
 
