@@ -59,13 +59,20 @@ pub enum SetupError {
         #[source]
         source: ::http::uri::InvalidUri,
     },
-    #[error("upstream `{upstream}` headers: {}", crate::tls::error_chain(.source))]
+    #[error("upstream `{upstream}` headers: {}", crate::error::chain(.source))]
     Headers {
         upstream: String,
         #[source]
         source: http::StaticHeaderError,
     },
-    #[error("upstream `{upstream}` {}", crate::tls::error_chain(.source))]
+    /// Its own TLS settings (`tls_ca_file`, a client certificate) cannot be loaded.
+    #[error("upstream `{upstream}` TLS: {}", crate::error::chain(.source))]
+    Tls {
+        upstream: String,
+        #[source]
+        source: crate::tls::TlsError,
+    },
+    #[error("upstream `{upstream}` {}", crate::error::chain(.source))]
     Credential {
         upstream: String,
         #[source]

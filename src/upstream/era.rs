@@ -72,14 +72,14 @@ impl Upstream {
         match answer {
             Ok(Reply::Result(result)) => {
                 let info = UpstreamInfo::from_result(&result)
-                    .map_err(|e| UpstreamError::new(self.name(), UpstreamErrorKind::Malformed(e)))?;
+                    .map_err(|e| UpstreamError::new(self.name(), UpstreamErrorKind::malformed(e)))?;
                 self.0.era.send_replace(Era::Modern);
                 self.set_info(Some(info));
                 Ok(())
             }
             Ok(reply) if legacy::probe_says_modern(&reply) || modern_only => {
                 let reason = format!("server/discover refused: {:?}", reply_error(&reply));
-                Err(UpstreamError::new(self.name(), UpstreamErrorKind::Protocol { reason }))
+                Err(UpstreamError::new(self.name(), UpstreamErrorKind::Protocol { reason: reason.into() }))
             }
             // A legacy server: an unrecognised error or a 4xx without a modern error body.
             Ok(_) | Err(UpstreamError { kind: UpstreamErrorKind::Status { .. }, .. }) => {
@@ -109,12 +109,12 @@ impl Upstream {
             Reply::Error(e) => {
                 return Err(UpstreamError::new(
                     self.name(),
-                    UpstreamErrorKind::Protocol { reason: format!("initialize: {e}") },
+                    UpstreamErrorKind::Protocol { reason: format!("initialize: {e}").into() },
                 ));
             }
         };
         let (negotiated, info) = legacy::parse_initialize(&result)
-            .map_err(|e| UpstreamError::new(self.name(), UpstreamErrorKind::Malformed(e)))?;
+            .map_err(|e| UpstreamError::new(self.name(), UpstreamErrorKind::malformed(e)))?;
         let session = Arc::new(UpstreamSession {
             version: negotiated,
             id: session_id,
