@@ -60,7 +60,8 @@ struct Inner {
     /// Stand-in for the cluster's role and remote-interest watches on a single replica: solo,
     /// and nobody else's interest.
     solo: (watch::Sender<Role>, watch::Sender<Filter>),
-    /// The proxy's task tracker: listen writers are spawned on it, so shutdown waits for them.
+    /// The proxy's task tracker: stdio listen writers and legacy streams are spawned on it, so
+    /// shutdown waits for them.
     tracker: TaskTracker,
     /// `notification_delivery_seconds`.
     delivery: Histogram,
@@ -155,7 +156,7 @@ impl Hub {
     }
 
     /// Whether the proxy is shutting down (listens end with their result).
-    pub fn finishing(&self) -> bool {
+    fn finishing(&self) -> bool {
         self.0.shutdown.is_cancelled() || self.0.cancel.is_cancelled()
     }
 

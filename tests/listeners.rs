@@ -120,3 +120,14 @@ async fn shutdown_ends_each_pulled_stream_with_its_result() {
     drop(streams);
     tokio::time::timeout(harness::DEADLINE, stopping).await.expect("shutdown in time").unwrap();
 }
+
+/// A million listeners (issue #32, item 3), measured rather than checked: heap and RSS per
+/// idle listener and each change's delivery latency, printed. Minutes and gigabytes, so only
+/// on demand: `LISTENERS=1000000 cargo nextest run --test listeners --run-ignored only
+/// --no-capture` (an optimised build: `cargo bench --bench million_listeners`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement that takes minutes and gigabytes; run on demand"]
+async fn a_million_listeners_measured() {
+    let n = std::env::var("LISTENERS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    harness::measure(n, 3, std::env::var("LISTENERS_JSON").ok()).await;
+}
