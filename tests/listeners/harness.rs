@@ -195,9 +195,14 @@ async fn connection(mut streams: Vec<Pin<Box<ListenStream>>>, seen: Arc<Seen>) {
 
 /// Waits (at most [`DEADLINE`]) until `done` holds of `seen`, polling every 5 ms.
 pub async fn until(seen: &Seen, what: &str, done: impl Fn(&Seen) -> bool) {
+    until_within(DEADLINE, seen, what, done).await;
+}
+
+/// [`until`], waiting at most `deadline`.
+pub async fn until_within(deadline: Duration, seen: &Seen, what: &str, done: impl Fn(&Seen) -> bool) {
     let start = Instant::now();
     while !done(seen) {
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        assert!(start.elapsed() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -242,7 +247,9 @@ pub async fn measure(n: usize, changes: usize, json: Option<String>) {
     let (heap0, rss0) = (live(), rss_kib().unwrap_or(0));
     let opened = Instant::now();
     let held = hold(&p, n, n.div_ceil(PER_CONNECTION), 1 + WARM as u64);
-    until(&held.seen, "the acknowledgments", |s| s.frames.load(Relaxed) == n as u64).await;
+    // A bound that grows with the count: a million acknowledgments take minutes unoptimised.
+    let deadline = DEADLINE + Duration::from_millis(n as u64);
+    until_within(deadline, &held.seen, "the acknowledgments", |s| s.frames.load(Relaxed) == n as u64).await;
     let opened = opened.elapsed();
     let (heap, rss) = (live(), rss_kib().unwrap_or(0));
     let mut rows = Vec::new();
@@ -251,7 +258,7 @@ pub async fn measure(n: usize, changes: usize, json: Option<String>) {
         held.seen.mark();
         p.up.sample.touch(URI);
         let want = (round * n) as u64;
-        until(&held.seen, "the change at every listener", |s| s.updates.load(Relaxed) == want).await;
+        until_within(deadline, &held.seen, "the change at every listener", |s| s.updates.load(Relaxed) == want).await;
         let mut l = std::mem::take(&mut *held.seen.latencies.lock().unwrap());
         l.sort_unstable();
         rows.push((percentile_ms(&l, 0.5), percentile_ms(&l, 0.99), percentile_ms(&l, 1.0), l.len()));
