@@ -19,5 +19,6 @@ pub mod stdio;
 pub use crate::mcp::validate;
 
 pub use http::Endpoint;
+pub use listen::ListenStream;
 pub use resmux_http::acceptor::{Limits, serve};
 pub use resmux_http::origin::OriginPolicy;

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use listener::{Listener, Notice, Topic};
+pub use listener::{Ending, Listener, Notice, Topic};
 pub use registry::Registry;
 use reload::Slot;
 pub use reload::{Lineup, Moves};
@@ -60,7 +60,8 @@ struct Inner {
     /// Stand-in for the cluster's role and remote-interest watches on a single replica: solo,
     /// and nobody else's interest.
     solo: (watch::Sender<Role>, watch::Sender<Filter>),
-    /// The proxy's task tracker: listen writers are spawned on it, so shutdown waits for them.
+    /// The proxy's task tracker: stdio listen writers and legacy streams are spawned on it, so
+    /// shutdown waits for them.
     tracker: TaskTracker,
     /// `notification_delivery_seconds`.
     delivery: Histogram,
@@ -72,6 +73,13 @@ pub struct Subscription {
     pub listener: Arc<Listener>,
     /// The honoured subset, in downstream form, for the acknowledgment.
     pub honoured: Filter,
+}
+
+impl Subscription {
+    /// The hub it is registered with.
+    pub fn hub(&self) -> &Hub {
+        &self.hub
+    }
 }
 
 impl Drop for Subscription {
@@ -123,10 +131,33 @@ impl Hub {
         for upstream in &upstreams {
             hub.install(upstream);
         }
+        hub.finish_at_shutdown(cancel);
         if let Some(cluster) = &hub.0.cluster {
             replicas::start(&hub, cluster, cancel, tracker);
         }
         hub
+    }
+
+    /// When `listens_end` fires, tells every listener to end its stream with its result: the
+    /// streams wait on their listeners alone, not each on the shared token. (Holds the hub
+    /// weakly: a hub dropped without a shutdown is not kept alive by it.)
+    fn finish_at_shutdown(&self, cancel: &CancellationToken) {
+        let (end, cancel, hub) = (self.0.shutdown.clone(), cancel.clone(), Arc::downgrade(&self.0));
+        self.0.tracker.spawn(async move {
+            tokio::select! {
+                _ = end.cancelled() => {}
+                _ = cancel.cancelled() => {}
+            }
+            if let Some(inner) = hub.upgrade() {
+                let all = inner.registry.lock().expect("registry").all();
+                all.iter().for_each(|l| l.finish());
+            }
+        });
+    }
+
+    /// Whether the proxy is shutting down (listens end with their result).
+    fn finishing(&self) -> bool {
+        self.0.shutdown.is_cancelled() || self.0.cancel.is_cancelled()
     }
 
     /// The hub's settings.
@@ -268,6 +299,11 @@ impl Hub {
         }
         *mine += 1;
         let added = reg.join(&listener);
+        // Checked under the lock the shutdown's walk over the listeners takes: a listener
+        // registered after that walk is told here.
+        if self.finishing() {
+            listener.finish();
+        }
         let added: Vec<(usize, &Topic)> = added.iter().map(|(up, t)| (*up, t)).collect();
         self.recompute_interest(&added, true);
         drop(reg);

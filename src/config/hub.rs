@@ -23,7 +23,8 @@ pub struct HubConfig {
     #[serde(with = "humantime_serde")]
     pub keepalive: Duration,
     /// A listener whose connection accepts no writes for this long is closed; the client
-    /// re-listens. Default 30 s.
+    /// re-listens. A listen stream whose changes have waited this long untaken is dropped by
+    /// the hub when the next change comes. Default 30 s.
     #[serde(with = "humantime_serde")]
     pub slow_listener_timeout: Duration,
     /// How long an upstream gets to acknowledge a listen before the attempt counts as failed.

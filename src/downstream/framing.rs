@@ -22,15 +22,21 @@ impl Framing {
     /// copied in; `size` is a guess at its length.
     pub fn build(self, size: usize, write: impl FnOnce(&mut Vec<u8>)) -> Bytes {
         let mut out = Vec::with_capacity(size + 8);
+        self.append(&mut out, write);
+        Bytes::from(out)
+    }
+
+    /// Appends one message that `write` writes, framed, to `out` (several messages go out as
+    /// one chunk this way).
+    pub fn append(self, out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
         if self == Framing::Sse {
             out.extend_from_slice(b"data: ");
         }
-        write(&mut out);
+        write(out);
         out.extend_from_slice(match self {
             Framing::Sse => b"\n\n",
             Framing::Lines => b"\n",
         });
-        Bytes::from(out)
     }
 
     /// What keeps an idle stream alive, if the transport has such a thing.

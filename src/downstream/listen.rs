@@ -4,16 +4,18 @@
 //! the listener is dropped when the client goes away, cancels, or stops reading for longer
 //! than the configured time.
 
+mod stream;
+
 use std::time::Duration;
 
-use bytes::Bytes;
+use futures_util::StreamExt;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use http::{HeaderValue, Response};
 use tokio::sync::mpsc;
-use tokio::time::{MissedTickBehavior, interval, timeout};
+use tokio::time::timeout;
 use tokio_util::sync::CancellationToken;
 
-use super::body::Body;
+use super::body::{self, Body};
 use super::framing::Framing;
 use crate::auth::Principal;
 use crate::error::{DownstreamError, Error};
@@ -21,26 +23,14 @@ use crate::hub::{Hub, Notice, Subscription};
 use crate::jsonrpc::{RawObject, RequestId, write_json_string};
 use crate::mcp::notify::Filter;
 use crate::mcp::{self, method as m};
+pub use stream::ListenStream;
 
-/// SSE frames buffered per listener between the writer and the connection. Small on purpose:
-/// changes wait (and coalesce) in the listener's pending set, not here; when it is full the
-/// writer waits, up to the slow-listener timeout.
-const FRAMES: usize = 8;
-
-/// Starts a listen stream for a validated request.
+/// Starts a listen stream for a validated request. Its messages are pulled by the connection
+/// as it writes them (see [`ListenStream`]); over HTTP a listen is cancelled by closing its
+/// stream, which drops them.
 pub fn open(hub: &Hub, id: &RequestId, params: &RawObject<'_>, principal: &Principal) -> Result<Response<Body>, Error> {
     let subscription = subscribe(hub, id, params, principal)?;
-    let (tx, rx) = mpsc::channel(FRAMES);
-    let opts = WriteOptions {
-        framing: Framing::Sse,
-        // Over HTTP a listen is cancelled by closing its stream, which the writer sees as a
-        // closed channel; nothing else cancels it.
-        cancelled: CancellationToken::new(),
-        finish: hub.shutdown_token().clone(),
-        slow: hub.config().slow_listener_timeout,
-    };
-    hub.tracker().spawn(write(hub.clone(), subscription, tx, opts));
-    Ok(sse_response(rx))
+    Ok(sse_response(body::pulled(Box::pin(ListenStream::sse(subscription)))))
 }
 
 /// Registers the listen that a validated `subscriptions/listen` request asks for.
@@ -61,9 +51,9 @@ pub(super) fn subscribe(
     hub.subscribe(principal, id.clone(), &filter)
 }
 
-/// A streaming response whose SSE frames come from `rx`.
-pub(super) fn sse_response(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
-    let mut resp = Response::new(super::body::channel(rx));
+/// A streaming SSE response with `body`.
+pub(super) fn sse_response(body: Body) -> Response<Body> {
+    let mut resp = Response::new(body);
     let h = resp.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -71,53 +61,29 @@ pub(super) fn sse_response(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
     resp
 }
 
-/// How a listen is written, and how it may end besides its client going away.
+/// How a listen is written by a task of its own (stdio, where listens share the connection's
+/// output channel), and how it may end besides its client going away.
 pub(super) struct WriteOptions {
     pub framing: Framing,
     /// The client cancelled it (stdio `notifications/cancelled`): it ends without a response.
     pub cancelled: CancellationToken,
-    /// The proxy (or the stdio connection) is ending: the listen ends with a successful result.
+    /// The connection is ending: the listen ends with a successful result. (At the proxy's
+    /// shutdown its stream ends with the result by itself.)
     pub finish: CancellationToken,
     /// A client that accepts no write for this long is dropped.
     pub slow: Duration,
 }
 
-/// Writes one listen: the acknowledgment first, then its changes as they come, keep-alives
-/// while idle (where the framing has them), until the client goes away or stops reading, it
-/// is cancelled, or it is finished.
-pub(super) async fn write(hub: Hub, sub: Subscription, tx: mpsc::Sender<Bytes>, opts: WriteOptions) {
-    let cfg = hub.config().clone();
-    let sid = sub.listener.subscription.as_json().to_owned();
+/// Writes one listen's stream to `tx` until the client goes away or stops reading, it is
+/// cancelled, or it is finished.
+pub(super) async fn write(sub: Subscription, tx: mpsc::Sender<bytes::Bytes>, opts: WriteOptions) {
     let WriteOptions { framing, cancelled, finish, slow } = opts;
-    let send = |frame: Bytes| {
-        let tx = &tx;
-        async move {
-            // Room in the channel (the usual case): no timer is armed for the send.
-            match tx.try_send(frame) {
-                Ok(()) => true,
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
-                Err(mpsc::error::TrySendError::Full(frame)) => {
-                    matches!(timeout(slow, tx.send(frame)).await, Ok(Ok(())))
-                }
-            }
-        }
-    };
-    // Acknowledge once the upstreams carry what was honoured, so no change after the
-    // acknowledgment is missed (bounded: an upstream that is down resyncs when it is back).
-    hub.ready(&sub.listener, cfg.ack_timeout.min(Duration::from_secs(3))).await;
-    if !send(framing.build(160, |out| ack(out, &sid, &sub.honoured))).await {
-        return;
-    }
-    let keepalive_frame = framing.keepalive();
-    let mut keepalive = interval(cfg.keepalive.max(Duration::from_millis(10)));
-    keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    keepalive.tick().await;
-    // Made once, not per change: each of these registers a waiter when first polled, and
-    // `finish` is shared by every listener, so waiters made per loop would have every
-    // delivery lock its one waiter list twice.
+    let sid = sub.listener.subscription.as_json().to_owned();
+    let id = sub.listener.id;
+    let mut stream = ListenStream::new(sub, framing);
+    // Made once, not per message: each registers a waiter when first polled.
     let mut cancelled = std::pin::pin!(cancelled.cancelled());
     let mut finished = std::pin::pin!(finish.cancelled());
-    let mut closed = std::pin::pin!(tx.closed());
     loop {
         tokio::select! {
             biased;
@@ -126,23 +92,17 @@ pub(super) async fn write(hub: Hub, sub: Subscription, tx: mpsc::Sender<Bytes>, 
                 let _ = timeout(Duration::from_secs(1), tx.send(framing.build(128, |out| final_result(out, &sid)))).await;
                 return;
             }
-            _ = &mut closed => return,
-            _ = sub.listener.woken() => {
-                let (changes, since) = sub.listener.take_timed();
-                for change in changes {
-                    if !send(framing.build(160, |out| notification(out, &sid, &change))).await {
-                        tracing::info!(listener = sub.listener.id, "closing a listener that stopped reading");
-                        return;
-                    }
-                    // From the receipt of the oldest change of this batch (an upper bound
-                    // for the others, which coalesced behind it).
-                    if let Some(at) = since {
-                        hub.delivered(at.elapsed());
-                    }
-                }
-            }
-            _ = keepalive.tick(), if keepalive_frame.is_some() => {
-                if !send(keepalive_frame.clone().expect("checked")).await {
+            _ = tx.closed() => return,
+            frame = stream.next() => {
+                let Some(frame) = frame else { return };
+                // Room in the channel (the usual case): no timer is armed for the send.
+                let sent = match tx.try_send(frame) {
+                    Ok(()) => true,
+                    Err(mpsc::error::TrySendError::Closed(_)) => false,
+                    Err(mpsc::error::TrySendError::Full(frame)) => matches!(timeout(slow, tx.send(frame)).await, Ok(Ok(()))),
+                };
+                if !sent {
+                    tracing::info!(listener = id, "closing a listener that stopped reading");
                     return;
                 }
             }

@@ -102,5 +102,5 @@ pub(super) fn serve_http(
         },
         span,
     ));
-    sse_response(rx)
+    sse_response(super::body::channel(rx))
 }

@@ -47,8 +47,24 @@ impl Hub {
         };
         // The topic's snapshot, taken under the lock; the pushes happen with it released.
         let watchers = self.0.registry.lock().expect("registry").watchers(index, topic);
+        let now = std::time::Instant::now();
+        let slow = self.0.config.slow_listener_timeout;
+        let mut stalled = Vec::new();
         for l in watchers.iter().flat_map(|w| w.iter()) {
-            l.push(&pend);
+            // A listener whose connection took nothing for the slow-listener time is dropped,
+            // so that it holds nothing more for a client that is not there (its queue is
+            // bounded either way, and no one else waits on it).
+            if let Some(since) = l.push_at(&pend, now)
+                && now.saturating_duration_since(since) > slow
+                && l.drops_when_stalled()
+            {
+                stalled.push(l.clone());
+            }
+        }
+        for l in stalled {
+            tracing::info!(listener = l.id, "closing a listener that stopped reading");
+            l.close();
+            self.unregister(l.id);
         }
     }
 

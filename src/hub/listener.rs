@@ -3,11 +3,18 @@
 //! A change notification only says "this changed", so repeats of one change coalesce: the
 //! queue is a set, bounded by the listener's own subscriptions, and a slow listener loses no
 //! information however many changes arrive while it is not reading.
+//!
+//! Whoever writes the listener's stream (the connection polling its listen body, or a legacy
+//! session's pump) registers its waker here and takes what is pending when woken: a listener
+//! needs no task or channel of its own, and an idle one holds no buffer.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Instant;
 
-use tokio::sync::Notify;
+use futures_util::task::AtomicWaker;
 
 use crate::auth::Principal;
 use crate::jsonrpc::RequestId;
@@ -21,15 +28,21 @@ pub enum Topic {
     List(Capability),
 }
 
+/// Pending URIs up to which repeats are found by a scan; past it a set is kept beside them.
+const SCANNED: usize = 16;
+
 /// Changes waiting to be written to one listener, in downstream form.
 #[derive(Debug, Default)]
 pub struct Pending {
     /// URIs in the order they first changed (so delivery order follows change order).
     order: Vec<Arc<str>>,
-    seen: HashSet<Arc<str>>,
+    /// The same URIs as a set, once there are more than [`SCANNED`] of them. Boxed: every
+    /// listener holds this field, few ever fill it, and a set in place is six words.
+    #[expect(clippy::box_collection, reason = "one word in every listener instead of six")]
+    seen: Option<Box<HashSet<Arc<str>>>>,
     lists: [bool; 3],
-    /// When the oldest change still pending was queued (its receipt from the upstream).
-    since: Option<std::time::Instant>,
+    /// When the oldest change still pending was queued (its fan-out from the upstream).
+    since: Option<Instant>,
 }
 
 impl Pending {
@@ -38,30 +51,57 @@ impl Pending {
         self.order.len() + self.lists.iter().filter(|b| **b).count()
     }
 
-    fn push(&mut self, change: &Notice) {
-        self.since.get_or_insert_with(std::time::Instant::now);
+    fn push(&mut self, change: &Notice, now: Instant) {
+        self.since.get_or_insert(now);
         match change {
             Notice::Uri(uri) => {
-                if self.seen.insert(uri.clone()) {
+                let new = match &mut self.seen {
+                    Some(seen) => seen.insert(uri.clone()),
+                    None => !self.order.iter().any(|u| u == uri),
+                };
+                if new {
                     self.order.push(uri.clone());
+                    if self.seen.is_none() && self.order.len() > SCANNED {
+                        self.seen = Some(Box::new(self.order.iter().cloned().collect()));
+                    }
                 }
             }
             Notice::List(kind) => self.lists[kind.slot()] = true,
         }
     }
 
-    /// The pending changes, lists first, emptying the queue.
+    /// The pending changes, lists first, emptying the queue (and freeing its buffers: an
+    /// idle listener holds none).
     pub fn take(&mut self) -> Vec<Notice> {
-        let mut out: Vec<Notice> = Capability::ALL
-            .into_iter()
-            .filter(|k| std::mem::take(&mut self.lists[k.slot()]))
-            .map(Notice::List)
-            .collect();
-        self.seen.clear();
+        let mut out: Vec<Notice> = Vec::with_capacity(self.len());
+        let lists = Capability::ALL.into_iter().filter(|k| std::mem::take(&mut self.lists[k.slot()]));
+        out.extend(lists.map(Notice::List));
+        self.seen = None;
         self.since = None;
-        out.extend(self.order.drain(..).map(Notice::Uri));
+        out.extend(std::mem::take(&mut self.order).into_iter().map(Notice::Uri));
         out
     }
+}
+
+/// A change was pushed since the writer last looked.
+const NOTIFIED: u8 = 1;
+/// The proxy is shutting down: the stream ends with its result.
+const FINISHED: u8 = 2;
+/// The hub dropped the listener (it stopped reading): the stream ends.
+const CLOSED: u8 = 4;
+/// The listener is dropped once a change has waited for it longer than the slow-listener
+/// time (a listen stream's; a legacy session's queue outlives its GET streams).
+const DROPS_WHEN_STALLED: u8 = 8;
+
+/// How a listener's stream is to end, if it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Still listening.
+    No,
+    /// The proxy is shutting down: end with the listen's result.
+    Finished,
+    /// Dropped by the hub: end now.
+    Closed,
 }
 
 /// A registered downstream listen.
@@ -73,9 +113,10 @@ pub struct Listener {
     /// `(upstream slot, topic)` pairs it is subscribed to (a reload moves them to a replaced
     /// upstream's new slot, or drops a removed upstream's).
     topics: Mutex<Vec<(usize, Topic)>>,
-    /// The downstream form of each URI topic, parallel to `topics` where it is a URI.
     pending: Mutex<Pending>,
-    wake: Notify,
+    /// The writer's waker.
+    waker: AtomicWaker,
+    state: AtomicU8,
 }
 
 impl Listener {
@@ -86,7 +127,8 @@ impl Listener {
             subscription,
             topics: Mutex::new(topics),
             pending: Mutex::new(Pending::default()),
-            wake: Notify::new(),
+            waker: AtomicWaker::new(),
+            state: AtomicU8::new(0),
         }
     }
 
@@ -102,18 +144,29 @@ impl Listener {
 
     /// Queues a change and wakes the writer. Never blocks on the connection.
     pub fn push(&self, change: &Notice) {
-        self.pending.lock().expect("pending lock").push(change);
-        self.wake.notify_one();
+        self.push_at(change, Instant::now());
+    }
+
+    /// Queues a change fanned out at `now` and wakes the writer; returns when the oldest
+    /// change it had pending already was queued (`None`: nothing was pending).
+    pub fn push_at(&self, change: &Notice, now: Instant) -> Option<Instant> {
+        let mut pending = self.pending.lock().expect("pending lock");
+        let since = pending.since;
+        pending.push(change, now);
+        drop(pending);
+        self.wake(NOTIFIED);
+        since
     }
 
     /// Queues several changes with one wake-up.
     pub fn push_all(&self, changes: &[Notice]) {
+        let now = Instant::now();
         let mut pending = self.pending.lock().expect("pending lock");
         for c in changes {
-            pending.push(c);
+            pending.push(c, now);
         }
         drop(pending);
-        self.wake.notify_one();
+        self.wake(NOTIFIED);
     }
 
     /// Takes everything pending.
@@ -122,7 +175,7 @@ impl Listener {
     }
 
     /// Takes everything pending, with when the oldest of it was queued.
-    pub fn take_timed(&self) -> (Vec<Notice>, Option<std::time::Instant>) {
+    pub fn take_timed(&self) -> (Vec<Notice>, Option<Instant>) {
         let mut pending = self.pending.lock().expect("pending lock");
         let since = pending.since;
         (pending.take(), since)
@@ -133,9 +186,53 @@ impl Listener {
         self.pending.lock().expect("pending lock").len()
     }
 
-    /// Resolves when changes may be pending (a permit is kept if none was waiting).
+    /// Registers `cx`'s waker for the next change or ending; ready (and cleared) when a
+    /// change was pushed since the last time it was.
+    pub fn poll_woken(&self, cx: &mut Context<'_>) -> Poll<()> {
+        self.waker.register(cx.waker());
+        if self.state.fetch_and(!NOTIFIED, Ordering::AcqRel) & NOTIFIED != 0 { Poll::Ready(()) } else { Poll::Pending }
+    }
+
+    /// Resolves when changes may be pending (a wake-up is kept if none was waiting).
     pub async fn woken(&self) {
-        self.wake.notified().await;
+        std::future::poll_fn(|cx| self.poll_woken(cx)).await;
+    }
+
+    /// How its stream is to end, if it is.
+    pub fn ending(&self) -> Ending {
+        let state = self.state.load(Ordering::Acquire);
+        if state & CLOSED != 0 {
+            Ending::Closed
+        } else if state & FINISHED != 0 {
+            Ending::Finished
+        } else {
+            Ending::No
+        }
+    }
+
+    /// The proxy is shutting down: its stream ends with the listen's result.
+    pub fn finish(&self) {
+        self.wake(FINISHED);
+    }
+
+    /// Its stream ends now (it stopped reading).
+    pub(super) fn close(&self) {
+        self.wake(CLOSED);
+    }
+
+    /// Has the hub drop it once a change has waited for it longer than the slow-listener time.
+    pub fn drop_when_stalled(&self) {
+        self.state.fetch_or(DROPS_WHEN_STALLED, Ordering::Relaxed);
+    }
+
+    /// Whether the hub drops it when it stalls.
+    pub(super) fn drops_when_stalled(&self) -> bool {
+        self.state.load(Ordering::Relaxed) & DROPS_WHEN_STALLED != 0
+    }
+
+    fn wake(&self, bits: u8) {
+        self.state.fetch_or(bits, Ordering::AcqRel);
+        self.waker.wake();
     }
 }
 
@@ -148,13 +245,49 @@ mod tests {
         let mut p = Pending::default();
         let a: Arc<str> = "a".into();
         let b: Arc<str> = "b".into();
+        let now = Instant::now();
         for _ in 0..1000 {
-            p.push(&Notice::Uri(b.clone()));
-            p.push(&Notice::Uri(a.clone()));
-            p.push(&Notice::List(Capability::Tools));
+            p.push(&Notice::Uri(b.clone()), now);
+            p.push(&Notice::Uri(a.clone()), now);
+            p.push(&Notice::List(Capability::Tools), now);
         }
         assert_eq!(p.len(), 3);
         assert_eq!(p.take(), vec![Notice::List(Capability::Tools), Notice::Uri(b), Notice::Uri(a)]);
         assert_eq!(p.len(), 0);
+    }
+
+    #[test]
+    fn many_uris_coalesce_through_the_set_in_change_order() {
+        let mut p = Pending::default();
+        let uris: Vec<Arc<str>> = (0..3 * SCANNED).map(|i| format!("u{i}").into()).collect();
+        let now = Instant::now();
+        for _ in 0..3 {
+            for u in &uris {
+                p.push(&Notice::Uri(u.clone()), now);
+            }
+        }
+        assert!(p.seen.is_some(), "past the scanned length a set finds repeats");
+        assert_eq!(p.len(), uris.len());
+        assert_eq!(p.take(), uris.iter().cloned().map(Notice::Uri).collect::<Vec<_>>());
+        assert!(p.seen.is_none() && p.order.capacity() == 0, "an emptied queue holds no buffer");
+    }
+
+    #[test]
+    fn a_push_reports_how_long_the_queue_has_waited_and_wakes_once() {
+        let l = Listener::new(1, Principal::Anonymous, RequestId::number(1), Vec::new());
+        let t0 = Instant::now();
+        assert_eq!(l.push_at(&Notice::Uri("x".into()), t0), None);
+        let later = t0 + std::time::Duration::from_secs(1);
+        assert_eq!(l.push_at(&Notice::Uri("y".into()), later), Some(t0), "the oldest pending change");
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert_eq!(l.poll_woken(&mut cx), Poll::Ready(()));
+        assert_eq!(l.poll_woken(&mut cx), Poll::Pending, "one wake-up for both pushes");
+        assert_eq!(l.take_timed().1, Some(t0));
+        assert_eq!(l.push_at(&Notice::Uri("z".into()), later), None, "taken: nothing waits");
+        assert_eq!(l.ending(), Ending::No);
+        l.finish();
+        assert_eq!(l.ending(), Ending::Finished);
+        l.close();
+        assert_eq!(l.ending(), Ending::Closed, "closing outranks finishing");
     }
 }

@@ -150,9 +150,12 @@ pub async fn serve<S: Service>(
             move |req| {
                 let in_flight = timer.begin();
                 let service = service.clone();
-                async move {
+                // Boxed: hyper keeps an HTTP/2 stream's task the size of this future for the
+                // stream's whole life, and a listen stream lives for hours after its request
+                // was answered; boxed, the request's state is freed once it is.
+                Box::pin(async move {
                     Ok::<_, Infallible>(service.serve(req, Some(peer.ip())).await.map(|b| Tracked::new(b, in_flight)))
-                }
+                })
             }
         });
         let held = Held { permit, slot, peer, timer: timer.clone(), service: service.clone(), force: force.clone() };

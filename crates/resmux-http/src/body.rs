@@ -1,6 +1,7 @@
 //! Response bodies: a whole body (in up to three pieces written back to back, so that a cached
-//! result is written without being copied), a stream fed through a bounded channel (listen
-//! streams), or a body relayed from elsewhere as it arrives, between a head and a tail.
+//! result is written without being copied), a stream of chunks (fed through a bounded channel,
+//! or pulled from a source when the connection can take more: listen streams), or a body
+//! relayed from elsewhere as it arrives, between a head and a tail.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -15,7 +16,7 @@ use tokio::sync::mpsc;
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The body of every response served through this crate.
-pub type Body = Either<Pieces, Either<ChannelBody, RelayedBody>>;
+pub type Body = Either<Pieces, Either<StreamBody, RelayedBody>>;
 
 /// A whole body in pieces: each is one frame, none is copied.
 pub struct Pieces {
@@ -56,24 +57,28 @@ impl hyper::body::Body for Pieces {
     }
 }
 
-/// A body whose chunks come from a channel; it ends when every sender is gone. When the
-/// client goes away hyper drops it, which the sender sees as a closed channel.
-pub struct ChannelBody {
-    rx: mpsc::Receiver<Bytes>,
+/// The chunks of a pulled stream: polled by the connection when it can write more, so the
+/// source does no work (and needs no task) while the connection is not ready.
+pub type Chunks = Pin<Box<dyn futures_util::Stream<Item = Bytes> + Send>>;
+
+/// A streamed body: chunks from a channel (it ends when every sender is gone), or pulled from
+/// a source (it ends when the source does). When the client goes away the connection drops
+/// it, which a sender sees as a closed channel.
+pub enum StreamBody {
+    Channel(mpsc::Receiver<Bytes>),
+    Pulled(Chunks),
 }
 
-impl ChannelBody {
-    pub fn new(rx: mpsc::Receiver<Bytes>) -> Self {
-        Self { rx }
-    }
-}
-
-impl hyper::body::Body for ChannelBody {
+impl hyper::body::Body for StreamBody {
     type Data = Bytes;
     type Error = Infallible;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.rx.poll_recv(cx).map(|chunk| chunk.map(|b| Ok(Frame::data(b))))
+        let chunk = match &mut *self {
+            StreamBody::Channel(rx) => rx.poll_recv(cx),
+            StreamBody::Pulled(chunks) => chunks.as_mut().poll_next(cx),
+        };
+        chunk.map(|c| c.map(|b| Ok(Frame::data(b))))
     }
 }
 
@@ -126,7 +131,12 @@ pub fn pieces(pieces: [Bytes; 3]) -> Body {
 
 /// A streamed body fed by a channel.
 pub fn channel(rx: mpsc::Receiver<Bytes>) -> Body {
-    Either::Right(Either::Left(ChannelBody::new(rx)))
+    Either::Right(Either::Left(StreamBody::Channel(rx)))
+}
+
+/// A streamed body pulled from `chunks`.
+pub fn pulled(chunks: Chunks) -> Body {
+    Either::Right(Either::Left(StreamBody::Pulled(chunks)))
 }
 
 /// A relayed body: `head`, the pieces of `stream` as they come, `tail`.

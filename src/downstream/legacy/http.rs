@@ -115,7 +115,7 @@ pub async fn get(
         stop: legacy.hub().shutdown_token().clone(),
     };
     legacy.hub().tracker().spawn(pump(session, guard, tx, opts));
-    sse_response(rx)
+    sse_response(crate::downstream::body::channel(rx))
 }
 
 /// DELETE: ends the session (its owner only; anyone else gets 404).

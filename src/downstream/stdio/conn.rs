@@ -230,7 +230,7 @@ impl Conn {
         };
         let (me, id) = (self.clone(), id.clone());
         self.streams.spawn(async move {
-            listen::write(me.hub.clone(), sub, me.out.clone(), opts).await;
+            listen::write(sub, me.out.clone(), opts).await;
             me.forget(&id, seq);
         });
     }
