@@ -165,6 +165,7 @@ impl Admin {
         let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         json!({
             "redis": if redis_up { "up" } else { "degraded" },
+            "redis_mode": if cluster.is_redis_cluster() { "cluster" } else { "standalone" },
             "replica": cluster.replica(),
             "listen_roles": roles,
             "l2_hits": n(&s.l2_hits),

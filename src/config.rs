@@ -24,7 +24,7 @@ pub use auth::{
     ASYMMETRIC_ALGORITHMS, AllowRule, ApiKeyConfig, AuthConfig, AuthMode, AuthModes, JwtConfig, MetadataConfig,
 };
 pub use cache::CacheConfig;
-pub use cluster::ClusterConfig;
+pub use cluster::{ClusterConfig, RedisTarget};
 pub use hub::HubConfig;
 pub use listen::{ListenConfig, ListenTls};
 pub use load::{ConfigError, ConfigErrors, load, load_without_secrets, parse};
