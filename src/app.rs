@@ -97,7 +97,7 @@ fn start_upstream(
             own = c;
             &own
         }
-        Some(Err(e)) => return Err(format!("upstream `{}` TLS: {}", up.name, crate::tls::error_chain(&e))),
+        Some(Err(e)) => return Err(format!("upstream `{}` TLS: {}", up.name, crate::error::chain(&e))),
     };
     Upstream::start(up.clone(), slot, client, metrics, cancel, tracker).map_err(|e| e.to_string())
 }
@@ -147,7 +147,7 @@ impl Core {
             Ok(c) => c,
             Err(e) => {
                 cancel.cancel();
-                return Err(StartError::Config(vec![crate::tls::error_chain(&e)]));
+                return Err(StartError::Config(vec![crate::error::chain(&e)]));
             }
         };
         let cache = Cache::new(config.cache.clone(), slots);

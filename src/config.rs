@@ -4,14 +4,11 @@
 
 mod admin;
 mod auth;
-mod cache;
-mod cluster;
 mod hub;
 mod listen;
 mod load;
 mod proxy;
 mod reload;
-mod secret;
 mod trust;
 mod upstream;
 mod validate;
@@ -23,13 +20,13 @@ pub use admin::AdminConfig;
 pub use auth::{
     ASYMMETRIC_ALGORITHMS, AllowRule, ApiKeyConfig, AuthConfig, AuthMode, AuthModes, JwtConfig, MetadataConfig,
 };
-pub use cache::CacheConfig;
-pub use cluster::{ClusterConfig, RedisTarget};
 pub use hub::HubConfig;
 pub use listen::{ListenConfig, ListenTls};
 pub use load::{ConfigError, ConfigErrors, load, load_without_secrets, parse};
 pub use proxy::{LogConfig, LogFormat, ProxyConfig, TelemetryConfig};
 pub use reload::ReloadConfig;
+pub use resmux_cache::CacheConfig;
+pub use resmux_cluster::{ClusterConfig, RedisTarget};
 pub use upstream::{
     CacheScopeDefault, ClientAuth, Credential, DEFAULT_MAX_CACHED_TOKENS, OAuthClient, OnError, ProxyRequests,
     PublicPolicy, SecretError, SecretSource, Transport, TrustPublic, UpstreamConfig,

@@ -63,7 +63,7 @@ pub mod rate;
 mod respond;
 mod spare;
 pub mod stdio;
-pub mod validate;
+pub use crate::mcp::validate;
 mod watch;
 
 pub use http::Endpoint;

@@ -17,6 +17,7 @@ use std::ops::Range;
 use http::{HeaderMap, HeaderName, header};
 
 use crate::mcp;
+use crate::mcp::validate::{Mirrored, Seen};
 
 /// Where one header's name and value lie in a request's bytes.
 pub type Place = (Range<usize>, Range<usize>);
@@ -281,6 +282,20 @@ impl<'a> Headers<'a> {
     }
 }
 
+/// The three mirrored headers the spec's validation compares with the body, read in one pass
+/// over the headers as they were read.
+pub fn mirrored(headers: Headers<'_>) -> Mirrored<'_> {
+    fn seen(value: Option<Result<&str, NotVisible>>) -> Seen<'_> {
+        match value {
+            None => Seen::Absent,
+            Some(Err(NotVisible)) => Seen::NotVisible,
+            Some(Ok(text)) => Seen::Text(text),
+        }
+    }
+    let [version, method, name] = headers.visible_many([Known::ProtocolVersion, Known::Method, Known::Name]);
+    Mirrored { version: seen(version), method: seen(method), name: seen(name) }
+}
+
 /// Headers as a lean request's bytes and places, for tests.
 #[cfg(test)]
 pub(crate) fn lines(headers: &[(&str, &str)]) -> (Vec<u8>, Vec<Place>) {
@@ -447,6 +462,7 @@ mod tests {
             prop_assert_eq!(lower(raw), lower(map));
             let three = [Known::ProtocolVersion, Known::Method, Known::Name];
             prop_assert_eq!(raw.visible_many(three), map.visible_many(three));
+            prop_assert_eq!(mirrored(raw), mirrored(map));
             prop_assert_eq!(map.visible_many(three), three.map(|k| map.visible(k)));
         }
     }

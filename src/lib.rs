@@ -27,19 +27,18 @@
 
 #![forbid(unsafe_code)]
 
+pub use resmux_cache as cache;
+pub use resmux_cluster as cluster;
+pub use resmux_proto::{error, jsonrpc, mcp, secret};
+
 pub mod admin;
 pub mod app;
 pub mod auth;
-pub mod cache;
 pub mod client;
-pub mod cluster;
 pub mod config;
 pub mod downstream;
-pub mod error;
 pub mod headers;
 pub mod hub;
-pub mod jsonrpc;
-pub mod mcp;
 pub mod periodic;
 pub mod router;
 pub mod sample;

@@ -7,6 +7,7 @@ mod cached;
 mod call;
 pub mod cursor;
 mod discover;
+mod fetched;
 mod forward;
 mod held;
 mod hints;

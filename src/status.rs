@@ -19,9 +19,9 @@ pub fn metrics_text(router: &Router, hub: &Hub) -> String {
             .map(|u| (u.name().to_owned(), hub.upstream_listens_opened(u.slot() as usize)))
             .collect(),
         watched_uris: (upstreams.iter())
-            .map(|u| (u.name().to_owned(), cache.watches().len(u.slot() as usize) as u64))
+            .map(|u| (u.name().to_owned(), cache.watched_uris().len(u.slot() as usize) as u64))
             .collect(),
-        watch_fallbacks: cache.watches().fallbacks(),
+        watch_fallbacks: cache.watched_uris().fallbacks(),
         cache_by_upstream: (upstreams.iter())
             .map(|u| (u.name().to_owned(), cache.figures(u.slot() as usize)))
             .collect(),

@@ -152,18 +152,3 @@ pub fn find_tls_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<
     }
     None
 }
-
-/// `err` and each of its causes, joined with `: `.
-pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut next = err.source();
-    while let Some(e) = next {
-        let more = e.to_string();
-        if !text.ends_with(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        next = e.source();
-    }
-    text
-}

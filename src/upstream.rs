@@ -59,13 +59,13 @@ pub enum SetupError {
         #[source]
         source: ::http::uri::InvalidUri,
     },
-    #[error("upstream `{upstream}` headers: {}", crate::tls::error_chain(.source))]
+    #[error("upstream `{upstream}` headers: {}", crate::error::chain(.source))]
     Headers {
         upstream: String,
         #[source]
         source: http::StaticHeaderError,
     },
-    #[error("upstream `{upstream}` {}", crate::tls::error_chain(.source))]
+    #[error("upstream `{upstream}` {}", crate::error::chain(.source))]
     Credential {
         upstream: String,
         #[source]

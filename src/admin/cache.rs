@@ -93,7 +93,7 @@ impl Admin {
                 json_response(StatusCode::OK, body)
             }
             Err(e) => {
-                let error = crate::tls::error_chain(&e);
+                let error = crate::error::chain(&e);
                 if let PurgeError::Shared { local, .. } = e {
                     tracing::warn!(%error, "cache purge incomplete");
                     return json_response(StatusCode::SERVICE_UNAVAILABLE, json!({ "error": error, "purged": local }));

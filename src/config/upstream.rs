@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::AllowRule;
-pub use super::secret::{SecretError, SecretSource};
 pub use super::trust::{PublicPolicy, TrustPublic};
+pub use crate::secret::{SecretError, SecretSource};
 
 /// One upstream server. Exactly one of `url` and `command` is set.
 #[derive(Debug, Clone, Deserialize)]

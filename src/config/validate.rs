@@ -33,7 +33,7 @@ pub fn forbidden_header(name: &str) -> bool {
 }
 
 fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    crate::tls::error_chain(e)
+    crate::error::chain(e)
 }
 
 /// Longest upstream name: it becomes a URI scheme prefix and a tool-name prefix.

@@ -315,7 +315,7 @@ impl Endpoint {
                 return Box::pin(post).await;
             }
         }
-        let checked = match validate::check(req.headers, &msg) {
+        let checked = match validate::check(crate::headers::mirrored(req.headers), &msg) {
             Ok(Body::Notification) => return empty(StatusCode::ACCEPTED),
             Ok(Body::Request(c)) => c,
             Err(r) => return respond::rejected(r),

@@ -43,7 +43,7 @@ fn effective(hub: &Hub, index: usize, desired: &Filter, remote: &Filter) -> Filt
         f.uris = desired.uris.clone();
         f.uris.extend(remote.uris.iter().cloned());
         if standing {
-            f.uris.extend(hub.0.cache.watches().uris(index));
+            f.uris.extend(hub.0.cache.watched_uris().uris(index));
         }
     }
     f
@@ -166,7 +166,7 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
     let Some(upstream) = hub.upstream(index) else { return };
     let cfg = hub.0.config.clone();
     let mut desired = hub.0.slots[index].desired.subscribe();
-    let mut watched = hub.0.cache.watches().changes(index);
+    let mut watched = hub.0.cache.watched_uris().changes(index);
     let mut remote = hub.remote_interest(index);
     let mut info = upstream.info_watch();
     let mut backoff = Backoff::new(Duration::from_millis(100), cfg.reconnect_max);
@@ -213,7 +213,7 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
                     current = Some((stream, want.clone()));
                 }
                 Err(reason) => {
-                    tracing::warn!(upstream = %upstream.name(), reason = %crate::tls::error_chain(&reason), "upstream listen failed");
+                    tracing::warn!(upstream = %upstream.name(), reason = %crate::error::chain(&reason), "upstream listen failed");
                     if !*lost {
                         hub.stream_lost(index);
                         *lost = true;
@@ -246,7 +246,7 @@ async fn run_modern(hub: &Hub, index: usize, state: &mut FeedState) {
                         current = Some((next, want.clone()));
                     }
                     Err(reason) => {
-                        tracing::warn!(upstream = %upstream.name(), reason = %crate::tls::error_chain(&reason), "could not switch upstream listen; keeping the old one");
+                        tracing::warn!(upstream = %upstream.name(), reason = %crate::error::chain(&reason), "could not switch upstream listen; keeping the old one");
                         switch_at = Some(Instant::now() + backoff.next_delay());
                         current = Some((stream, have));
                     }

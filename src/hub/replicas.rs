@@ -83,7 +83,7 @@ async fn receive(hub: Hub, cluster: Cluster, mut inbox: mpsc::Receiver<Inbound>,
 /// live filter with it.
 async fn interest(hub: Hub, cluster: Cluster, index: usize, cancel: CancellationToken) {
     let mut desired = hub.0.slots[index].desired.subscribe();
-    let mut watched = hub.0.cache.watches().changes(index);
+    let mut watched = hub.0.cache.watched_uris().changes(index);
     let Some(upstream) = hub.upstream(index) else { return };
     let mut info = upstream.info_watch();
     let mut health = cluster.health_watch();

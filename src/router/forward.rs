@@ -4,7 +4,7 @@
 use crate::upstream::OnBehalf;
 use bytes::Bytes;
 
-use super::cached::{Fetched, Got, Served};
+use super::fetched::{Fetched, Got, Served};
 use super::hints::Hints;
 use super::large::{Began, RelaySlot};
 use super::namespace::{Route, Unrouted};

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use futures_util::future::join_all;
 
-use super::cached::{Fetched, Got, Served};
 use super::cursor::Positions;
+use super::fetched::{Fetched, Got, Served};
 use super::hints::Hints;
 use super::rewrite::{self, Field};
 use super::{Answer, CacheStatus, Call, Routing};

@@ -108,7 +108,7 @@ impl Namespace {
     fn bad_uri(&self, uri: &str, problem: crate::mcp::uri::BadUri) -> crate::error::DownstreamError {
         // An oversized URI is echoed no longer than the bound it broke.
         let uri = crate::mcp::uri::truncated(uri, self.rules.max_bytes()).to_owned();
-        crate::error::DownstreamError::InvalidUri { uri, problem }
+        crate::error::DownstreamError::InvalidUri { uri, problem: std::sync::Arc::new(problem) }
     }
 
     /// The prefix of upstream `index`, if it has one.

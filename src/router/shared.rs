@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep};
 
 use super::Routing;
-use super::cached::Fetched;
+use super::fetched::Fetched;
 use crate::cache::{BaseKey, CachedMethod, Owner, Stored};
 use crate::cluster::{Cluster, SharedKey, SharedValue};
 use crate::error::Error;

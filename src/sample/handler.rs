@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+mod inspect;
 mod interop;
 mod listen;
 mod web;

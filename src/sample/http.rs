@@ -154,7 +154,7 @@ async fn serve(
     if let Some(failed) = record_and_fail(sample, "POST", &parts.headers, &msg)? {
         return Ok(failed);
     }
-    let checked = match validate::check(crate::headers::Headers::Map(&parts.headers), &msg) {
+    let checked = match validate::check(validate::Mirrored::from_map(&parts.headers), &msg) {
         Ok(Body::Notification) => return Ok(status(StatusCode::ACCEPTED)),
         Ok(Body::Request(c)) => c,
         Err(r) => return Ok(rejected(r)),

@@ -8,7 +8,6 @@ use std::sync::Mutex;
 use http::HeaderMap;
 use serde_json::Value;
 
-use super::handler::Sample;
 use crate::mcp;
 
 /// One HTTP request as the sample server received it.
@@ -89,6 +88,25 @@ impl Recorder {
         });
     }
 
+    /// Every request recorded so far, oldest first.
+    pub(super) fn requests(&self) -> Vec<Recorded> {
+        self.requests.lock().expect("recorded").clone()
+    }
+
+    pub(super) fn clear(&self) {
+        self.requests.lock().expect("recorded").clear();
+    }
+
+    /// Fails the next `n` requests for `method` the way `how` says (`n = 0` cancels).
+    pub(super) fn fail_next(&self, method: &str, n: u32, how: Failure) {
+        let mut failures = self.failures.lock().expect("failures");
+        if n == 0 {
+            failures.remove(method);
+        } else {
+            failures.insert(method.to_owned(), (n, how));
+        }
+    }
+
     /// The failure for this request of `method`, if one is pending.
     pub(super) fn take_failure(&self, method: &str) -> Option<Failure> {
         let mut failures = self.failures.lock().expect("failures");
@@ -99,32 +117,5 @@ impl Recorder {
             failures.remove(method);
         }
         Some(how)
-    }
-}
-
-impl Sample {
-    /// Every HTTP request received so far, oldest first.
-    pub fn recorded(&self) -> Vec<Recorded> {
-        self.recorder().requests.lock().expect("recorded").clone()
-    }
-
-    /// The requests received so far for JSON-RPC `method`.
-    pub fn recorded_of(&self, method: &str) -> Vec<Recorded> {
-        self.recorded().into_iter().filter(|r| r.method.as_deref() == Some(method)).collect()
-    }
-
-    /// Forgets the requests recorded so far.
-    pub fn clear_recorded(&self) {
-        self.recorder().requests.lock().expect("recorded").clear();
-    }
-
-    /// Fails the next `n` HTTP requests for `method` (each still recorded) the way `how` says.
-    pub fn fail_next(&self, method: &str, n: u32, how: Failure) {
-        let mut failures = self.recorder().failures.lock().expect("failures");
-        if n == 0 {
-            failures.remove(method);
-        } else {
-            failures.insert(method.to_owned(), (n, how));
-        }
     }
 }

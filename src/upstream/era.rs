@@ -72,7 +72,7 @@ impl Upstream {
         match answer {
             Ok(Reply::Result(result)) => {
                 let info = UpstreamInfo::from_result(&result)
-                    .map_err(|e| UpstreamError::new(self.name(), UpstreamErrorKind::Malformed(e)))?;
+                    .map_err(|e| UpstreamError::new(self.name(), UpstreamErrorKind::malformed(e)))?;
                 self.0.era.send_replace(Era::Modern);
                 self.set_info(Some(info));
                 Ok(())
@@ -114,7 +114,7 @@ impl Upstream {
             }
         };
         let (negotiated, info) = legacy::parse_initialize(&result)
-            .map_err(|e| UpstreamError::new(self.name(), UpstreamErrorKind::Malformed(e)))?;
+            .map_err(|e| UpstreamError::new(self.name(), UpstreamErrorKind::malformed(e)))?;
         let session = Arc::new(UpstreamSession {
             version: negotiated,
             id: session_id,

@@ -102,7 +102,7 @@ impl HttpTransport {
         *req.headers_mut().expect("builder is valid") = headers;
         let req = req.body(Full::new(body)).map_err(|e| self.err_protocol(e))?;
         self.client.request(req).await.map_err(|e| {
-            let reason = tls::error_chain(&e);
+            let reason = crate::error::chain(&e);
             // A failed handshake, a rejected certificate or a peer's alert (say, a client
             // certificate the server wants): retrying will not change it.
             if tls::find_tls_error(&e).is_some() {
@@ -202,7 +202,7 @@ impl HttpTransport {
             Err(reason) if status == StatusCode::ACCEPTED => {
                 Err(self.err_protocol(format!("202 with no response to a request ({reason})")))
             }
-            Err(e) => Err(UpstreamError::new(self.name.clone(), UpstreamErrorKind::Malformed(e))),
+            Err(e) => Err(UpstreamError::new(self.name.clone(), UpstreamErrorKind::malformed(e))),
         }
     }
 

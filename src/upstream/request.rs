@@ -139,7 +139,7 @@ impl Upstream {
     /// The credential token for a request on behalf of `on`, when the upstream takes one.
     pub(super) async fn auth_for(&self, on: OnBehalf<'_>) -> Result<Option<Arc<credential::Issued>>, UpstreamError> {
         self.0.credential.token(on).await.map_err(|e| {
-            tracing::warn!(upstream = %self.name(), error = %crate::tls::error_chain(&e), "no upstream credential");
+            tracing::warn!(upstream = %self.name(), error = %crate::error::chain(&e), "no upstream credential");
             UpstreamError::new(
                 self.name(),
                 UpstreamErrorKind::Credential { transient: e.is_transient(), source: Arc::new(e) },

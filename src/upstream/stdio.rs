@@ -115,7 +115,7 @@ impl StdioTransport {
         let message = reply_rx.await.map_err(|_| self.disconnected("process exited"))?;
         guard.done = true;
         Reply::decode(&message, Some(id))
-            .map_err(|e| UpstreamError::new(self.name.clone(), UpstreamErrorKind::Malformed(e)))
+            .map_err(|e| UpstreamError::new(self.name.clone(), UpstreamErrorKind::malformed(e)))
     }
 
     /// Sends a `subscriptions/listen` line; its messages arrive on the returned channel until

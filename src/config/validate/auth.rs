@@ -98,7 +98,7 @@ pub(super) fn check_auth(auth: &AuthConfig, loopback: bool) -> Vec<(String, Stri
 
 /// The listener's certificate and key: each readable, and usable together.
 pub(super) fn check_listen_tls(cert: &std::path::Path, key: &std::path::Path) -> Vec<(&'static str, String)> {
-    let chain = |e: crate::tls::TlsError| crate::tls::error_chain(&e);
+    let chain = |e: crate::tls::TlsError| crate::error::chain(&e);
     match (crate::tls::load_certs(cert), crate::tls::load_key(key)) {
         (Ok(_), Ok(_)) => match crate::tls::server_config(cert, key, None, &[crate::tls::ALPN_HTTP1]) {
             Ok(_) => Vec::new(),

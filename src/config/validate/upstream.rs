@@ -155,7 +155,7 @@ fn check_upstream_tls(up: &UpstreamConfig) -> Vec<(&'static str, String)> {
         _ => {}
     }
     // Each file on its own, so that every broken one is reported; then the pair together.
-    let chain = |e: crate::tls::TlsError| crate::tls::error_chain(&e);
+    let chain = |e: crate::tls::TlsError| crate::error::chain(&e);
     if let Some(ca) = &up.tls_ca_file
         && let Err(e) = crate::tls::client_config(crate::tls::ClientTls { ca_file: Some(ca), identity: None })
     {

@@ -16,7 +16,7 @@ pub(super) async fn run(hub: &Hub, index: usize, session: &UpstreamSession, stat
     let Some(upstream) = hub.upstream(index) else { return };
     let cfg = hub.0.config.clone();
     let mut desired = hub.0.slots[index].desired.subscribe();
-    let mut watched = hub.0.cache.watches().changes(index);
+    let mut watched = hub.0.cache.watched_uris().changes(index);
     let mut remote = hub.remote_interest(index);
     let mut unsolicited = upstream.unsolicited();
     let mut subscribed: BTreeSet<String> = BTreeSet::new();
@@ -46,7 +46,7 @@ pub(super) async fn run(hub: &Hub, index: usize, session: &UpstreamSession, stat
                     hub.set_active(index, &upstream, &subscribed);
                 }
                 Err(reason) => {
-                    tracing::warn!(upstream = %upstream.name(), %uri, reason = %crate::tls::error_chain(&reason), "resources/subscribe failed; will retry");
+                    tracing::warn!(upstream = %upstream.name(), %uri, reason = %crate::error::chain(&reason), "resources/subscribe failed; will retry");
                     retry_at = Some(Instant::now() + Duration::from_secs(1));
                 }
             }
@@ -57,7 +57,7 @@ pub(super) async fn run(hub: &Hub, index: usize, session: &UpstreamSession, stat
         } else if remove_at.is_some_and(|at| at <= Instant::now()) {
             for uri in gone {
                 if let Err(reason) = legacy_call(&upstream, "resources/unsubscribe", &uri).await {
-                    tracing::debug!(upstream = %upstream.name(), %uri, reason = %crate::tls::error_chain(&reason), "resources/unsubscribe failed");
+                    tracing::debug!(upstream = %upstream.name(), %uri, reason = %crate::error::chain(&reason), "resources/unsubscribe failed");
                 }
                 subscribed.remove(&uri);
                 hub.set_active(index, &upstream, &subscribed);

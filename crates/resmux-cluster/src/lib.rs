@@ -1,0 +1,370 @@
+//! resmux-cluster: replicas sharing state through Redis (`[cluster]`, DESIGN §9,
+//! `docs/scaling.md`). It knows the cache's keys and the MCP change vocabulary, and nothing of
+//! HTTP or of the proxy's router: the proxy hands it keys and values and gets events back.
+//!
+//! - [`config`]: the `[cluster]` section.
+//! - [`l2`]: a second cache tier behind each replica's moka cache, with cross-replica
+//!   single-flight (a short fill lock per key) and epochs kept in Redis, so that a fill that
+//!   raced a notification on another replica is never stored as fresh.
+//! - [`bus`]: one pub/sub channel carrying what the upstream listens saw (`updated`,
+//!   `list_changed`, resync), the holders' live filters, and interest changes.
+//! - [`lease`]: per upstream, one replica holds the upstream listen under a lease with a
+//!   fencing token; the others follow. Redis unreachable: every replica goes solo (its own
+//!   listens, its own cache) until Redis is back and the leases are re-established.
+//! - [`sessions`]: legacy sessions' subscriptions, so another replica can continue a session.
+//!
+//! Every Redis call has a deadline (`op_timeout`); while Redis is unreachable no request waits
+//! on it at all (the health probe decides when to try again).
+
+mod bus;
+pub mod config;
+mod conn;
+mod l2;
+mod lease;
+mod purge;
+mod sessions;
+mod subscribe;
+mod value;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use hmac::{KeyInit, Mac};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use bus::{Event, Inbound};
+pub use l2::{Probe, SharedKey};
+pub use lease::Role;
+pub use sessions::Adopted;
+pub use value::{SharedValue, now_ms};
+
+pub use crate::config::{ClusterConfig, RedisTarget};
+use resmux_proto::mcp::notify::Filter;
+
+/// Why a Redis call did not succeed. The request it served goes on without Redis.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("redis `{op}` failed")]
+    Redis {
+        op: &'static str,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("redis `{op}` took longer than the op_timeout")]
+    Timeout { op: &'static str },
+    #[error("redis is unreachable (the health probe has not seen it back yet)")]
+    Unavailable,
+}
+
+/// Why the cluster tier could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterSetupError {
+    #[error("cluster.redis_url (or redis_nodes) is not a valid Redis URL")]
+    Url(#[source] redis::RedisError),
+    #[error("cluster: cannot read a secret")]
+    Secret(#[source] resmux_proto::secret::SecretError),
+    #[error("cluster: no key for private partitions (set cluster.key_secret or proxy.cursor_secret)")]
+    NoKey,
+}
+
+/// Counters of the cluster tier, for `/metrics` and the tests.
+#[derive(Default, Debug)]
+pub struct Stats {
+    pub l2_hits: AtomicU64,
+    pub l2_misses: AtomicU64,
+    pub l2_fills: AtomicU64,
+    /// Fills refused because an epoch moved while fetching (another replica saw a change).
+    pub l2_fills_raced: AtomicU64,
+    /// Misses that waited for another replica's fill.
+    pub lock_waits: AtomicU64,
+    pub errors: AtomicU64,
+    pub published: AtomicU64,
+    pub received: AtomicU64,
+    /// Events dropped because the outbox was full.
+    pub dropped: AtomicU64,
+    pub lease_acquired: AtomicU64,
+    pub lease_lost: AtomicU64,
+}
+
+/// Cheap handle over the cluster tier.
+#[derive(Clone)]
+pub struct Cluster(Arc<Inner>);
+
+struct Inner {
+    config: ClusterConfig,
+    /// How to reach Redis (one Redis or a Redis Cluster).
+    backend: conn::Backend,
+    conn: conn::Conn,
+    /// HMAC key naming private partitions.
+    key: Vec<u8>,
+    /// This replica's random id.
+    replica: Arc<str>,
+    /// Upstream names, in config order (Redis keys use names, not indexes).
+    upstreams: Vec<Arc<str>>,
+    healthy: AtomicBool,
+    /// Flipped by the health probe; readiness and the admin page read it.
+    health: watch::Sender<bool>,
+    /// Wakes the health probe when a call failed, so that a brief failure is confirmed or
+    /// cleared at once instead of at the next tick.
+    probe_now: tokio::sync::Notify,
+    stats: Stats,
+    outbox: mpsc::Sender<bus::Outgoing>,
+    outbox_rx: std::sync::Mutex<Option<mpsc::Receiver<bus::Outgoing>>>,
+    inbox: mpsc::Sender<Inbound>,
+    inbox_rx: std::sync::Mutex<Option<mpsc::Receiver<Inbound>>>,
+    /// Legacy sessions ended (DELETE) on another replica, by their record's name.
+    ended_sessions: tokio::sync::broadcast::Sender<Arc<str>>,
+    /// Per upstream: whether this replica holds its listen.
+    roles: Vec<watch::Sender<Role>>,
+    /// Per upstream (while holding it): the union of the other live replicas' interest.
+    remote: Vec<watch::Sender<Filter>>,
+    /// Per upstream: the highest fencing token seen, so a deposed holder's late events are
+    /// dropped.
+    fence: Vec<AtomicU64>,
+    /// When this replica last learnt of a change, by the Redis name of the epoch it bumps:
+    /// a shared value fetched before it is not taken, even while the bump is still on its
+    /// way to Redis (the holder applies a change locally before its publisher has bumped the
+    /// epoch there).
+    changed_at: moka::sync::Cache<String, u64>,
+}
+
+/// Most change times remembered. A forgotten one only loses the guard for a change older
+/// than an hour, past which every shared value has expired (TTLs are clamped to `max_ttl`).
+const MAX_CHANGE_TIMES: u64 = 1 << 16;
+
+/// Most inbound events waiting for the hub.
+const INBOX: usize = 4096;
+
+impl Cluster {
+    /// The cluster tier for `config`, or `None` when `[cluster]` is absent. Connects lazily:
+    /// a Redis that is down at start is retried by the health probe.
+    pub fn new(
+        config: &ClusterConfig,
+        cursor_secret: Option<&str>,
+        upstreams: Vec<Arc<str>>,
+    ) -> Result<Option<Self>, ClusterSetupError> {
+        let Some(target) = config.target().map_err(ClusterSetupError::Secret)? else { return Ok(None) };
+        let key = match &config.key_secret {
+            Some(s) => s.resolve().map_err(ClusterSetupError::Secret)?,
+            None => cursor_secret.ok_or(ClusterSetupError::NoKey)?.to_owned(),
+        };
+        let backend = conn::Backend::new(&target, config).map_err(ClusterSetupError::Url)?;
+        let conn = backend.connect_lazily(config).map_err(ClusterSetupError::Url)?;
+        let (outbox, outbox_rx) = mpsc::channel(config.max_outbox);
+        let (inbox, inbox_rx) = mpsc::channel(INBOX);
+        let n = upstreams.len();
+        let replica: Arc<str> = format!("{:016x}", rand::random::<u64>()).into();
+        Ok(Some(Self(Arc::new(Inner {
+            config: config.clone(),
+            backend,
+            conn,
+            key: key.into_bytes(),
+            replica,
+            upstreams,
+            // Optimistic until the first probe: requests try Redis at once.
+            healthy: AtomicBool::new(true),
+            health: watch::channel(true).0,
+            probe_now: tokio::sync::Notify::new(),
+            stats: Stats::default(),
+            outbox,
+            outbox_rx: std::sync::Mutex::new(Some(outbox_rx)),
+            inbox,
+            inbox_rx: std::sync::Mutex::new(Some(inbox_rx)),
+            ended_sessions: tokio::sync::broadcast::channel(256).0,
+            roles: (0..n).map(|_| watch::channel(Role::Follower).0).collect(),
+            remote: (0..n).map(|_| watch::channel(Filter::default()).0).collect(),
+            fence: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            changed_at: moka::sync::Cache::builder()
+                .max_capacity(MAX_CHANGE_TIMES)
+                .time_to_live(Duration::from_secs(3600))
+                .build(),
+        }))))
+    }
+
+    /// Starts the health probe, the bus (publisher and subscriber) and the lease keeper on
+    /// `tracker`, until `cancel`.
+    pub fn start(&self, cancel: &CancellationToken, tracker: &TaskTracker) {
+        tracker.spawn(self.clone().health_probe(cancel.clone()));
+        let outbox = self.0.outbox_rx.lock().expect("outbox").take().expect("started once");
+        tracker.spawn(bus::publisher(self.clone(), outbox, cancel.clone()));
+        tracker.spawn(subscribe::subscriber(self.clone(), cancel.clone()));
+        tracker.spawn(lease::keeper(self.clone(), cancel.clone()));
+    }
+
+    /// What the other replicas announced, for the hub (taken once).
+    pub fn take_inbox(&self) -> Option<mpsc::Receiver<Inbound>> {
+        self.0.inbox_rx.lock().expect("inbox").take()
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ClusterConfig {
+        &self.0.config
+    }
+
+    /// Whether Redis is a Redis Cluster (`redis_nodes`) rather than one Redis.
+    pub fn is_redis_cluster(&self) -> bool {
+        self.0.backend.is_cluster()
+    }
+
+    /// This replica's id.
+    pub fn replica(&self) -> &str {
+        &self.0.replica
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Stats {
+        &self.0.stats
+    }
+
+    /// Whether Redis answered the last call or probe.
+    pub fn healthy(&self) -> bool {
+        self.0.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Follows [`Cluster::healthy`].
+    pub fn health_watch(&self) -> watch::Receiver<bool> {
+        self.0.health.subscribe()
+    }
+
+    /// Whether this replica holds upstream `index`'s listen (or is on its own).
+    pub fn role(&self, index: usize) -> watch::Receiver<Role> {
+        self.0.roles[index].subscribe()
+    }
+
+    /// What the other replicas want from upstream `index`, while this one holds its listen.
+    pub fn remote_interest(&self, index: usize) -> watch::Receiver<Filter> {
+        self.0.remote[index].subscribe()
+    }
+
+    /// The Redis hash tag of upstream `index`: every key of one upstream lives in one slot of
+    /// a Redis Cluster, so that one script can read its value, epochs and lock together.
+    fn tag(&self, index: usize) -> String {
+        format!("{}{{{}}}", self.0.config.prefix, self.0.upstreams[index])
+    }
+
+    /// A keyed hash of `data`, hex, for Redis key names (never raw identities or URIs).
+    fn digest(&self, data: &[&[u8]]) -> String {
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&self.0.key).expect("any key length");
+        for d in data {
+            mac.update(&(d.len() as u64).to_be_bytes());
+            mac.update(d);
+        }
+        let out = mac.finalize().into_bytes();
+        out[..16].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Runs `call` with the op deadline, counting and reporting a failure. While Redis is
+    /// known to be down nothing is tried.
+    async fn bounded<T>(
+        &self,
+        op: &'static str,
+        call: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, ClusterError> {
+        if !self.healthy() {
+            return Err(ClusterError::Unavailable);
+        }
+        let result = tokio::time::timeout(self.0.config.op_timeout, call).await;
+        self.outcome(op, result)
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, op: &'static str, cmd: &redis::Cmd) -> Result<T, ClusterError> {
+        let mut conn = self.0.conn.clone();
+        self.bounded(op, cmd.query_async::<T>(&mut conn)).await
+    }
+
+    async fn eval<T: redis::FromRedisValue>(
+        &self,
+        op: &'static str,
+        script: &redis::Script,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> Result<T, ClusterError> {
+        let mut invocation = script.prepare_invoke();
+        for k in keys {
+            invocation.key(*k);
+        }
+        for a in args {
+            invocation.arg(*a);
+        }
+        let mut conn = self.0.conn.clone();
+        self.bounded(op, invocation.invoke_async::<T>(&mut conn)).await
+    }
+
+    async fn run_pipeline<T: redis::FromRedisValue>(
+        &self,
+        op: &'static str,
+        pipeline: &redis::Pipeline,
+    ) -> Result<T, ClusterError> {
+        let mut conn = self.0.conn.clone();
+        self.bounded(op, pipeline.query_async::<T>(&mut conn)).await
+    }
+
+    fn outcome<T>(
+        &self,
+        op: &'static str,
+        result: Result<redis::RedisResult<T>, tokio::time::error::Elapsed>,
+    ) -> Result<T, ClusterError> {
+        let err = match result {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(source)) => ClusterError::Redis { op, source },
+            Err(_) => ClusterError::Timeout { op },
+        };
+        self.0.stats.errors.fetch_add(1, Ordering::Relaxed);
+        self.set_healthy(false, Some(&err));
+        Err(err)
+    }
+
+    fn set_healthy(&self, up: bool, why: Option<&ClusterError>) {
+        if !up {
+            self.0.probe_now.notify_one();
+        }
+        if self.0.healthy.swap(up, Ordering::Relaxed) != up {
+            match why {
+                Some(e) => {
+                    tracing::warn!(error = %resmux_proto::error::chain(e), "redis unreachable: serving without the cluster tier")
+                }
+                None => tracing::info!("redis reachable again: sharing resumes"),
+            }
+            self.0.health.send_replace(up);
+        }
+    }
+
+    /// Whether Redis answers for every upstream: one keyed read per upstream, so that on a
+    /// Redis Cluster each lands on the node that owns that upstream's slot (a master lost
+    /// and not yet replaced shows here), and a moved slot is learnt of.
+    async fn answers(&self, deadline: Duration) -> bool {
+        let probes = (0..self.0.upstreams.len().max(1)).map(|i| {
+            let mut conn = self.0.conn.clone();
+            let cmd = match self.0.upstreams.get(i) {
+                Some(_) => redis::cmd("EXISTS").arg(format!("{}:fence", self.tag(i))).to_owned(),
+                None => redis::cmd("PING"),
+            };
+            async move {
+                matches!(tokio::time::timeout(deadline, cmd.query_async::<redis::Value>(&mut conn)).await, Ok(Ok(_)))
+            }
+        });
+        futures_util::future::join_all(probes).await.into_iter().all(|ok| ok)
+    }
+
+    /// Probes Redis: every 250 ms while it is down, every second while it is up.
+    async fn health_probe(self, cancel: CancellationToken) {
+        let deadline = self.0.config.op_timeout.max(Duration::from_millis(200));
+        loop {
+            let ok = self.answers(deadline).await;
+            if ok {
+                self.set_healthy(true, None);
+            } else if self.healthy() {
+                self.set_healthy(false, Some(&ClusterError::Timeout { op: "probe" }));
+            }
+            let wait = if ok { Duration::from_secs(1) } else { Duration::from_millis(250) };
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.0.probe_now.notified(), if ok => {}
+            }
+        }
+    }
+}
