@@ -9,6 +9,7 @@ mod auth;
 mod cache;
 mod cluster;
 mod cluster_sharded;
+mod cluster_spread;
 mod credentials;
 mod hostile;
 mod interop;

@@ -2,15 +2,21 @@
 //! `replica:token`, the token from `<tag>:fence`, which only grows) and runs the upstream
 //! listen for the union of every live replica's interest.
 //!
+//! Which replica holds an upstream's lease is spread by rendezvous hashing over the live
+//! replicas (those whose heartbeat in `<prefix>replicas` is younger than a lease): only the
+//! preferred replica takes a free lease, a holder that is no longer preferred (a replica that
+//! outranks it joined) releases it for the preferred one, and any replica takes a lease that
+//! stayed free for two rounds (a preferred replica that beats but cannot take it).
+//!
 //! The key expires after two thirds of `lease_ttl` and its holder renews it every quarter, so
-//! a holder that died is replaced within `lease_ttl`. Redis unreachable: every replica goes
-//! solo (its own listen). Redis back: the solo replicas race for the lease in one script each,
-//! one wins, and the others become followers again; the fence lets followers drop late events
-//! of a deposed holder.
+//! a holder that died is replaced within `lease_ttl` (its heartbeat ages out with its lease).
+//! Redis unreachable: every replica goes solo (its own listen). Redis back: the leases go to
+//! their preferred replicas again, the others become followers; the fence lets followers drop
+//! late events of a deposed holder.
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -38,21 +44,26 @@ impl Role {
     }
 }
 
-// KEYS: lease, fence. ARGV: replica, px. Returns the new token, or 0 if another holds it.
+// KEYS: lease, fence. ARGV: replica, px. Returns {token, lease value}: the token 0 if another
+// holds it.
 const ACQUIRE_LUA: &str = r#"
 local cur = redis.call('GET', KEYS[1])
 if cur then
   local sep = string.find(cur, ':', 1, true)
   if sep and string.sub(cur, 1, sep - 1) == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return tonumber(string.sub(cur, sep + 1))
+    return {tonumber(string.sub(cur, sep + 1)), cur}
   end
-  return 0
+  return {0, cur}
 end
 local token = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. token, 'PX', ARGV[2])
-return token
+local value = ARGV[1] .. ':' .. token
+redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+return {token, value}
 "#;
+
+/// Rounds a free lease waits for its preferred replica before any replica takes it.
+const VACANT_ROUNDS: u8 = 2;
 
 // KEYS: lease. ARGV: value. Deletes it if it is still ours.
 const RELEASE_LUA: &str =
@@ -160,52 +171,99 @@ impl Cluster {
         Ok(())
     }
 
-    /// One round of the keeper: heartbeat, then each lease acquired or renewed.
+    /// The live replicas (heartbeat younger than `px`), after beating for this one and
+    /// forgetting replicas gone for long, in one round trip.
+    async fn beat(&self, px: u64) -> Result<Vec<String>, super::ClusterError> {
+        let (key, now) = (self.replicas_key(), now_ms());
+        let forget = now.saturating_sub(20 * self.0.config.lease_ttl.as_millis() as u64);
+        let mut p = redis::pipe();
+        p.cmd("ZADD").arg(&key).arg(now).arg(&*self.0.replica).ignore();
+        p.cmd("ZREMRANGEBYSCORE").arg(&key).arg("-inf").arg(format!("({forget}")).ignore();
+        p.cmd("ZRANGEBYSCORE").arg(&key).arg(now.saturating_sub(px)).arg("+inf");
+        let (live,): (Vec<String>,) = self.run_pipeline("heartbeat", &p).await?;
+        Ok(live)
+    }
+
+    /// One round of the keeper: heartbeat, then each lease renewed, handed over, acquired or
+    /// watched.
     ///
     /// A failed call does not by itself make this replica solo: one slow reply under load
     /// would otherwise open a second upstream listen. It goes solo only once Redis has been
     /// unreachable for as long as a lease lives (`down_since`), when no holder can still be
     /// renewing one; until then it keeps its role.
-    async fn keep(&self, px: u64, down_since: &mut Option<tokio::time::Instant>) {
+    async fn keep(&self, px: u64, down_since: &mut Option<tokio::time::Instant>, vacant: &mut [u8]) {
         let expiry = Duration::from_millis(px);
-        let px = px.to_string();
-        let beat = redis::cmd("ZADD").arg(self.replicas_key()).arg(now_ms()).arg(&*self.0.replica).to_owned();
-        if self.query::<u64>("ZADD replicas", &beat).await.is_err() {
-            let since = *down_since.get_or_insert_with(tokio::time::Instant::now);
-            if since.elapsed() >= expiry {
-                for i in 0..self.0.roles.len() {
-                    self.set_role(i, Role::Solo);
+        let live = match self.beat(px).await {
+            Ok(live) => live,
+            Err(_) => {
+                let since = *down_since.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() >= expiry {
+                    for i in 0..self.0.roles.len() {
+                        self.set_role(i, Role::Solo);
+                    }
                 }
+                return;
             }
-            return;
-        }
+        };
         *down_since = None;
-        for i in 0..self.0.roles.len() {
+        let px = px.to_string();
+        let me = &*self.0.replica;
+        for (i, vacant) in vacant.iter_mut().enumerate() {
             let tag = self.tag(i);
             let lease = format!("{tag}:lease");
+            let preferred = super::spread::preferred(&self.0.upstreams[i], &live).is_none_or(|p| p == me);
             let role = *self.0.roles[i].borrow();
             let next = match role {
+                Role::Holder(token) if !preferred => {
+                    let value = format!("{me}:{token}");
+                    match self.eval::<u8>("release lease", &RELEASE, &[&lease], &[value.as_bytes()]).await {
+                        Ok(_) => {
+                            tracing::info!(
+                                upstream = &*self.0.upstreams[i],
+                                "handing the upstream listen to the replica preferred for it"
+                            );
+                            Role::Follower
+                        }
+                        Err(_) => role,
+                    }
+                }
                 Role::Holder(token) => {
-                    let value = format!("{}:{token}", self.0.replica);
-                    let renew = &RENEW;
-                    match self.eval::<u8>("renew lease", renew, &[&lease], &[value.as_bytes(), px.as_bytes()]).await {
+                    let value = format!("{me}:{token}");
+                    match self.eval::<u8>("renew lease", &RENEW, &[&lease], &[value.as_bytes(), px.as_bytes()]).await {
                         Ok(1) => role,
                         Ok(_) => Role::Follower,
                         // Tried again next round; the lease outlives one missed renewal.
                         Err(_) => role,
                     }
                 }
-                Role::Follower | Role::Solo => {
+                Role::Follower | Role::Solo if preferred || *vacant >= VACANT_ROUNDS => {
                     let fence = format!("{tag}:fence");
-                    let acquire = &ACQUIRE;
-                    let args: [&[u8]; 2] = [self.0.replica.as_bytes(), px.as_bytes()];
-                    match self.eval::<u64>("acquire lease", acquire, &[&lease, &fence], &args).await {
-                        Ok(0) => Role::Follower,
-                        Ok(token) => Role::Holder(token),
+                    let args: [&[u8]; 2] = [me.as_bytes(), px.as_bytes()];
+                    match self.eval::<(u64, String)>("acquire lease", &ACQUIRE, &[&lease, &fence], &args).await {
+                        Ok((0, holder)) => {
+                            self.note_holder(i, Some(&holder));
+                            Role::Follower
+                        }
+                        Ok((token, _)) => Role::Holder(token),
+                        Err(_) => role,
+                    }
+                }
+                Role::Follower | Role::Solo => {
+                    match self.query::<Option<String>>("GET lease", redis::cmd("GET").arg(&lease)).await {
+                        Ok(holder) => {
+                            *vacant = if holder.is_some() { 0 } else { vacant.saturating_add(1) };
+                            self.note_holder(i, holder.as_deref());
+                            // A solo replica keeps its own listen until a holder is there.
+                            if holder.is_some() { Role::Follower } else { role }
+                        }
                         Err(_) => role,
                     }
                 }
             };
+            if let Role::Holder(_) = next {
+                *vacant = 0;
+                self.note_holder(i, Some(me));
+            }
             self.set_role(i, next);
             if let Role::Holder(_) = next
                 && let Err(e) = self.refresh_interest(i).await
@@ -213,6 +271,23 @@ impl Cluster {
                 tracing::debug!(error = %e, "cannot read the other replicas' interest");
             }
         }
+    }
+
+    /// Records which replica holds upstream `index`'s listen, from its lease's value.
+    fn note_holder(&self, index: usize, lease: Option<&str>) {
+        let holder = lease.map(|v| v.rsplit_once(':').map_or(v, |(replica, _)| replica));
+        self.0.holders[index].send_if_modified(|old| {
+            let changed = old.as_deref() != holder;
+            if changed {
+                *old = holder.map(Arc::from);
+            }
+            changed
+        });
+    }
+
+    /// The replica holding upstream `index`'s listen, as last seen (`None`: none known).
+    pub fn listen_holder(&self, index: usize) -> Option<Arc<str>> {
+        self.0.holders.get(index).and_then(|h| h.borrow().clone())
     }
 }
 
@@ -223,8 +298,9 @@ pub(super) async fn keeper(cluster: Cluster, cancel: CancellationToken) {
     let px = (ttl.as_millis() as u64 * 2 / 3).max(1);
     let period = (ttl / 4).max(Duration::from_millis(50));
     let mut down_since = None;
+    let mut vacant = vec![0u8; cluster.0.roles.len()];
     loop {
-        cluster.keep(px, &mut down_since).await;
+        cluster.keep(px, &mut down_since, &mut vacant).await;
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = tokio::time::sleep(period) => {}

@@ -23,6 +23,8 @@ mod l2;
 mod lease;
 mod purge;
 mod sessions;
+mod spread;
+pub use spread::preferred as preferred_listen_holder;
 mod subscribe;
 mod value;
 
@@ -119,6 +121,8 @@ struct Inner {
     ended_sessions: tokio::sync::broadcast::Sender<Arc<str>>,
     /// Per upstream: whether this replica holds its listen.
     roles: Vec<watch::Sender<Role>>,
+    /// Per upstream: the replica holding its listen, as the lease keeper last saw it.
+    holders: Vec<watch::Sender<Option<Arc<str>>>>,
     /// Per upstream (while holding it): the union of the other live replicas' interest.
     remote: Vec<watch::Sender<Filter>>,
     /// Per upstream: the highest fencing token seen, so a deposed holder's late events are
@@ -175,6 +179,7 @@ impl Cluster {
             inbox_rx: std::sync::Mutex::new(Some(inbox_rx)),
             ended_sessions: tokio::sync::broadcast::channel(256).0,
             roles: (0..n).map(|_| watch::channel(Role::Follower).0).collect(),
+            holders: (0..n).map(|_| watch::channel(None).0).collect(),
             remote: (0..n).map(|_| watch::channel(Filter::default()).0).collect(),
             fence: (0..n).map(|_| AtomicU64::new(0)).collect(),
             changed_at: moka::sync::Cache::builder()
