@@ -28,7 +28,7 @@ use crate::hub::Hub;
 use crate::router::Router;
 use crate::router::cursor::CursorCodec;
 use crate::telemetry::Metrics;
-use crate::upstream::{Upstream, http};
+use crate::upstream::{SetupError, Upstream, http};
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -89,7 +89,7 @@ fn start_upstream(
     metrics: &Metrics,
     cancel: &CancellationToken,
     tracker: &TaskTracker,
-) -> Result<Upstream, String> {
+) -> Result<Upstream, SetupError> {
     let own;
     let client = match up.tls().map(http::tls_client) {
         None => client,
@@ -97,9 +97,9 @@ fn start_upstream(
             own = c;
             &own
         }
-        Some(Err(e)) => return Err(format!("upstream `{}` TLS: {}", up.name, crate::error::chain(&e))),
+        Some(Err(source)) => return Err(SetupError::Tls { upstream: up.name.clone(), source }),
     };
-    Upstream::start(up.clone(), slot, client, metrics, cancel, tracker).map_err(|e| e.to_string())
+    Upstream::start(up.clone(), slot, client, metrics, cancel, tracker)
 }
 
 impl Core {
@@ -119,7 +119,7 @@ impl Core {
         for (slot, up) in (0u32..).zip(&config.upstreams) {
             match start_upstream(up, slot, &client, &metrics, &cancel, &tracker) {
                 Ok(u) => upstreams.push(u),
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(e.to_string()),
             }
         }
         let names = upstreams.iter().map(|u| Arc::<str>::from(u.name())).collect();

@@ -139,7 +139,7 @@ async fn main() -> Result<()> {
     match cli.command {
         Command::Serve { config: path } => {
             let config = config::load(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
-            let telemetry = resmux::telemetry::install(&config.log, &config.telemetry).map_err(anyhow::Error::msg)?;
+            let telemetry = resmux::telemetry::install(&config.log, &config.telemetry)?;
             let reload = config.reload.clone();
             let app = App::start(config).await?;
             app.reload_from(&path, &reload);
@@ -149,7 +149,7 @@ async fn main() -> Result<()> {
         }
         Command::Stdio { config } => {
             let config = config::load(&config).map_err(|e| anyhow::anyhow!("{e}"))?;
-            let telemetry = resmux::telemetry::install(&config.log, &config.telemetry).map_err(anyhow::Error::msg)?;
+            let telemetry = resmux::telemetry::install(&config.log, &config.telemetry)?;
             App::stdio(config, tokio::io::stdin(), tokio::io::stdout()).await?;
             telemetry.shutdown().await;
         }

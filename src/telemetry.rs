@@ -45,10 +45,23 @@ impl Telemetry {
     }
 }
 
+/// Why logging or trace export could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("telemetry.otlp_endpoint: this resmux was built without the `otel` feature")]
+    NotBuilt,
+    #[error("telemetry.otlp_endpoint: trace export needs the tokio runtime")]
+    NoRuntime(#[source] tokio::runtime::TryCurrentError),
+    #[error("telemetry.otlp_endpoint: cannot build the exporter")]
+    Exporter(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("installing the trace exporter")]
+    Install(#[source] tracing_subscriber::util::TryInitError),
+}
+
 /// Installs the global subscriber: logs (text or JSON) to stderr, filtered by `log.level` or
 /// `RUST_LOG`; with the `otel` feature and `telemetry.otlp_endpoint`, spans (at info and
 /// above, whatever the log level) exported over OTLP/HTTP too. Call it inside the runtime.
-pub fn install(log: &LogConfig, telemetry: &TelemetryConfig) -> Result<Telemetry, String> {
+pub fn install(log: &LogConfig, telemetry: &TelemetryConfig) -> Result<Telemetry, TelemetryError> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&log.level));
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let fmt = match log.format {
@@ -63,13 +76,13 @@ pub fn install(log: &LogConfig, telemetry: &TelemetryConfig) -> Result<Telemetry
             return Ok(Telemetry::default());
         };
         let spans = otel::layer(tracer).with_filter(tracing_subscriber::filter::LevelFilter::INFO);
-        registry.with(spans).try_init().map_err(|e| format!("installing the trace exporter: {e}"))?;
+        registry.with(spans).try_init().map_err(TelemetryError::Install)?;
         Ok(Telemetry { exporter: Some(exporter) })
     }
     #[cfg(not(feature = "otel"))]
     {
         if telemetry.otlp_endpoint.is_some() {
-            return Err("telemetry.otlp_endpoint: this resmux was built without the `otel` feature".into());
+            return Err(TelemetryError::NotBuilt);
         }
         let _ = registry.try_init();
         Ok(Telemetry::default())

@@ -65,6 +65,13 @@ pub enum SetupError {
         #[source]
         source: http::StaticHeaderError,
     },
+    /// Its own TLS settings (`tls_ca_file`, a client certificate) cannot be loaded.
+    #[error("upstream `{upstream}` TLS: {}", crate::error::chain(.source))]
+    Tls {
+        upstream: String,
+        #[source]
+        source: crate::tls::TlsError,
+    },
     #[error("upstream `{upstream}` {}", crate::error::chain(.source))]
     Credential {
         upstream: String,

@@ -33,6 +33,7 @@ pub mod external;
 pub mod histogram;
 pub mod instructions;
 pub mod listen;
+pub mod measure;
 pub mod placement;
 pub mod plot;
 pub mod procfs;

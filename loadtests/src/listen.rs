@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use crate::conn::{Conn, Protocol};
 use crate::histogram::Histogram;
-use crate::requests::{CONNECT_CONCURRENCY, CONNECT_TIMEOUT, Clock, Failure, TICK, add_failure};
+use crate::measure::{CONNECT_CONCURRENCY, CONNECT_TIMEOUT, Clock, Failure, TICK, add_failure};
 use crate::scenario::Principals;
 use crate::target::Addressing;
 use crate::wire::{self, Op, Outcome, StreamMessage};

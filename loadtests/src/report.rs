@@ -2,16 +2,22 @@
 //! from the same run as the other sides of its scenario, so the ratios compare like with like.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use serde::Serialize;
 
 use crate::histogram::Histogram;
 use crate::listen::ListenStats;
+use crate::measure::{Failure, TICK};
 use crate::procfs::Memory;
-use crate::requests::{CacheCounts, Failure, RequestStats, TICK};
+use crate::requests::{CacheCounts, RequestStats};
 use crate::scenario::{Scenario, Side};
 use crate::target::Kind;
+
+mod markdown;
+#[cfg(test)]
+mod tests;
+
+pub use markdown::{markdown, thousands};
 
 /// The whole run: every scenario given on the command line.
 #[derive(Debug, Clone, Serialize)]
@@ -324,192 +330,4 @@ pub fn ratios(sides: &[SideReport]) -> BTreeMap<String, f64> {
         }
     }
     out
-}
-
-fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
-    v.map_or_else(|| "–".to_owned(), |v| v.to_string())
-}
-
-/// `x` with three significant digits (`0.0000272`, `1.00`, `16.0`).
-fn significant(x: f64) -> String {
-    if x == 0.0 || !x.is_finite() {
-        return "0".into();
-    }
-    let decimals = (2.0 - x.abs().log10().floor()).clamp(0.0, 9.0) as usize;
-    format!("{x:.decimals$}")
-}
-
-/// `n` rounded, with thousands separated by commas.
-pub fn thousands(n: f64) -> String {
-    let n = n.round() as i64;
-    let s = n.abs().to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if n < 0 { format!("-{out}") } else { out }
-}
-
-/// The Markdown section of one scenario.
-pub fn markdown(s: &ScenarioReport) -> String {
-    let mut md = String::new();
-    let _ = writeln!(md, "### {}\n", s.name);
-    let _ = writeln!(md, "*Figure:* {}  ", s.figure.trim());
-    let _ = writeln!(md, "*Load:* {}\n", s.load);
-    let any_requests = s.sides.iter().any(|r| r.requests > 0);
-    if any_requests {
-        let _ = writeln!(
-            md,
-            "| side | req/s | p50 ms | p90 ms | p99 ms | max ms | requests | errors | upstream req (per req) | cache hit/miss/stale/bypass | proxy RSS KiB (peak) | proxy CPU ms |"
-        );
-        let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|");
-        for r in &s.sides {
-            let l = &r.latency_ms;
-            let upstream = match (r.upstream_requests, r.upstream_per_request) {
-                (Some(u), Some(p)) => format!("{} ({})", thousands(u as f64), significant(p)),
-                (Some(u), None) => thousands(u as f64),
-                _ => "–".into(),
-            };
-            let c = &r.cache;
-            let cache = if c.hit + c.miss + c.stale + c.bypass + c.other == 0 {
-                "–".to_owned()
-            } else {
-                format!("{}/{}/{}/{}", c.hit, c.miss, c.stale, c.bypass)
-            };
-            let rss = match (r.proxy_rss_kib, r.proxy_peak_rss_kib) {
-                (Some(a), Some(b)) => format!("{} ({})", thousands(a as f64), thousands(b as f64)),
-                _ => "–".into(),
-            };
-            let _ = writeln!(
-                md,
-                "| {} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {} | {} | {} |",
-                r.side,
-                thousands(r.rps),
-                l.p50,
-                l.p90,
-                l.p99,
-                l.max,
-                thousands(r.requests as f64),
-                thousands(r.errors as f64),
-                upstream,
-                cache,
-                rss,
-                opt(r.proxy_cpu_ms),
-            );
-        }
-        md.push('\n');
-    }
-    let listening: Vec<&SideReport> = s.sides.iter().filter(|r| r.listen.is_some()).collect();
-    if !listening.is_empty() {
-        let _ = writeln!(
-            md,
-            "| side | listeners | connections | acked | refused | changes | delivered / expected | notify p50 ms | p99 ms | max ms | upstream listens | proxy RSS KiB (peak) | RSS per idle listener KiB |"
-        );
-        let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-        for r in listening {
-            let l = r.listen.as_ref().expect("filtered");
-            let rss = match (r.proxy_rss_kib, r.proxy_peak_rss_kib) {
-                (Some(a), Some(b)) => format!("{} ({})", thousands(a as f64), thousands(b as f64)),
-                _ => "–".into(),
-            };
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} | {} | {} | {} / {} | {:.3} | {:.3} | {:.3} | {} | {} | {} |",
-                r.side,
-                thousands(l.listeners as f64),
-                thousands(l.connections as f64),
-                thousands(l.acked as f64),
-                thousands(l.refused as f64),
-                l.changes,
-                thousands(l.notifications as f64),
-                thousands(l.expected as f64),
-                l.latency_ms.p50,
-                l.latency_ms.p99,
-                l.latency_ms.max,
-                thousands(l.upstream_listens as f64),
-                rss,
-                l.rss_per_listener_kib.map_or("–".into(), |k| format!("{k:.2}")),
-            );
-        }
-        md.push('\n');
-    }
-    if !s.ratios.is_empty() {
-        let parts: Vec<String> = s.ratios.iter().map(|(k, v)| format!("{k} **{v}**")).collect();
-        let _ = writeln!(md, "Ratios (same run): {}\n", parts.join(", "));
-    }
-    let mut remarks = Vec::new();
-    for r in &s.sides {
-        for note in &r.notes {
-            remarks.push(format!("- {}: {note}", r.side));
-        }
-        let failures = r.failures.iter().chain(r.listen.iter().flat_map(|l| l.failures.iter()));
-        for (kind, f) in failures {
-            remarks.push(format!(
-                "- {}: {} × `{kind}` (e.g. {})",
-                r.side,
-                thousands(f.count as f64),
-                f.example.replace('|', "\\|")
-            ));
-        }
-    }
-    if !remarks.is_empty() {
-        let _ = writeln!(md, "{}\n", remarks.join("\n"));
-    }
-    md
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rates_are_per_second() {
-        let zero = std::time::Duration::ZERO;
-        // The fourth bucket holds answers that arrived after the 0.3 s span.
-        let r = rates(&[10, 20, 30, 1], 0.3, zero);
-        assert_eq!(r.len(), 3);
-        assert!((r[0].1 - 100.0).abs() < 1e-9);
-        assert!((r[2].1 - 300.0).abs() < 1e-9);
-        let long = rates(&vec![5; 600], 60.0, zero);
-        assert_eq!(long.len(), 60);
-        assert!(long.iter().all(|(_, v)| (v - 50.0).abs() < 1e-9));
-        // Ten 100 ms buckets at 1 s width make one point; a partial bucket counts its share.
-        let wide = rates(&[1; 10], 1.0, std::time::Duration::from_secs(1));
-        assert_eq!(wide, vec![(0.5, 10.0)]);
-        // Events in the first half only: the second half of the span still counts.
-        let early = rates(&[1; 5], 1.0, std::time::Duration::from_secs(1));
-        assert_eq!(early, vec![(0.5, 5.0)]);
-        // 100 whole ticks (the 2 ms after the end dropped), in pairs to stay within 60 points.
-        let ten = rates(&[1; 101], 10.002, zero);
-        assert_eq!(ten.len(), 50);
-        assert!((ten[49].0 - 9.9).abs() < 1e-9 && (ten[49].1 - 10.0).abs() < 1e-9, "{:?}", ten[49]);
-        let partial = rates(&[10, 5], 0.15, zero);
-        assert!((partial[1].1 - 100.0).abs() < 1e-6, "{partial:?}");
-    }
-
-    #[test]
-    fn numbers_are_grouped() {
-        assert_eq!(thousands(1234567.4), "1,234,567");
-        assert_eq!(thousands(999.0), "999");
-        assert_eq!(thousands(0.0), "0");
-        assert_eq!(significant(3.0 / 110_473.0), "0.0000272");
-        assert_eq!(significant(1.0), "1.00");
-        assert_eq!(significant(16.0), "16.0");
-        assert_eq!(significant(0.0), "0");
-    }
-
-    #[test]
-    fn curves_rise_to_the_max() {
-        let mut h = Histogram::new();
-        for v in 1..=1000u64 {
-            h.record(v * 1_000_000);
-        }
-        let c = curve(&h);
-        assert_eq!(c.len(), 81);
-        assert!(c.windows(2).all(|w| w[0].1 <= w[1].1));
-        assert!((c.last().unwrap().1 - 1000.0).abs() < 10.0);
-    }
 }

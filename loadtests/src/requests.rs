@@ -18,36 +18,14 @@ use tokio::time::Instant;
 
 use crate::conn::Conn;
 use crate::histogram::Histogram;
+use crate::measure::{CONNECT_CONCURRENCY, CONNECT_TIMEOUT, Clock, Failure, TICK, add_failure, merge_failures};
 use crate::scenario::{Mix, Principals};
 use crate::target::{Addressing, Kind};
 use crate::wire::Outcome;
 use crate::zipf::Zipf;
 
-/// Width of one throughput-timeline bucket.
-pub const TICK: Duration = Duration::from_millis(100);
-/// Connection attempts in flight at once: well under the listen backlog (1,024 for tokio
-/// listeners), so a thousand clients connecting do not overflow it and retry on SYN timeouts.
-pub const CONNECT_CONCURRENCY: usize = 256;
-/// Time for one connection attempt.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Pause after a failed reconnect, so a dead endpoint costs errors, not a spinning core.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(10);
-
-/// When a run starts, when measurement starts (after warmup), and when it ends.
-#[derive(Debug, Clone, Copy)]
-pub struct Clock {
-    pub start: Instant,
-    pub measure: Instant,
-    pub end: Instant,
-}
-
-impl Clock {
-    pub fn starting_now(warmup: Duration, duration: Duration) -> Self {
-        let start = Instant::now();
-        let measure = start + warmup;
-        Self { start, measure, end: measure + duration }
-    }
-}
 
 /// What the request load does.
 #[derive(Debug, Clone)]
@@ -62,33 +40,6 @@ pub struct RequestPlan {
     pub seed: u64,
     /// Whether each client presents its own credential.
     pub principals: Principals,
-}
-
-/// A failure class with its count and one example.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Failure {
-    pub count: u64,
-    pub example: String,
-}
-
-/// Adds one failure to a table keyed by class.
-pub fn add_failure(table: &mut BTreeMap<String, Failure>, kind: &str, detail: &str) {
-    let f = table.entry(kind.to_owned()).or_default();
-    if f.count == 0 {
-        f.example = detail.chars().take(200).collect();
-    }
-    f.count += 1;
-}
-
-/// Adds the failures of `from` to `into`, keeping the first example of each class.
-pub fn merge_failures(into: &mut BTreeMap<String, Failure>, from: &BTreeMap<String, Failure>) {
-    for (k, f) in from {
-        let e = into.entry(k.clone()).or_default();
-        if e.count == 0 {
-            e.example = f.example.clone();
-        }
-        e.count += f.count;
-    }
 }
 
 /// `resmux-cache` header values seen.
@@ -373,45 +324,4 @@ async fn client(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_mix_is_respected() {
-        let mix = Mix { read: 6, list: 3, call: 1, discover: 0 };
-        let mut rng = SmallRng::seed_from_u64(9);
-        let mut counts = [0u32; 4];
-        for _ in 0..100_000 {
-            counts[pick(&mix, &mut rng) as usize] += 1;
-        }
-        assert!((59_000..61_000).contains(&counts[0]), "{counts:?}");
-        assert!((29_000..31_000).contains(&counts[1]), "{counts:?}");
-        assert!((9_500..10_500).contains(&counts[2]), "{counts:?}");
-        assert_eq!(counts[3], 0);
-    }
-
-    #[test]
-    fn stats_merge_adds_everything() {
-        let mut a = RequestStats::default();
-        let mut b = RequestStats::default();
-        let hit = http::HeaderValue::from_static("hit");
-        a.record(Kind::Read, Duration::from_millis(1), &Outcome::Ok, Some(&hit), Duration::from_millis(50));
-        b.record(
-            Kind::List,
-            Duration::from_millis(2),
-            &Outcome::failed("http 500", "boom"),
-            None,
-            Duration::from_millis(250),
-        );
-        b.record(Kind::List, Duration::from_millis(3), &Outcome::Ok, None, Duration::from_millis(260));
-        a.merge(&b);
-        assert_eq!((a.ok, a.errors, a.requests()), (2, 1, 3));
-        assert_eq!(a.cache.hit, 1);
-        assert_eq!(a.cache.absent, 2);
-        assert_eq!(a.timeline, vec![1, 0, 1]);
-        assert_eq!(a.last_done, Some(Duration::from_millis(260)));
-        assert_eq!(a.failures["resources/list: http 500"].example, "boom");
-        assert_eq!(a.by_kind[Kind::List as usize].errors, 1);
-        assert_eq!(a.latency.len(), 2);
-    }
-}
+mod tests;

@@ -10,10 +10,11 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::listen::{self, ListenStats};
+use crate::measure::Clock;
 use crate::placement::Placement;
 use crate::procfs;
 use crate::report::{self, Host, RunReport, ScenarioReport, SideExtras, SideReport};
-use crate::requests::{self, Clock, RequestPlan, RequestStats};
+use crate::requests::{self, RequestPlan, RequestStats};
 use crate::scenario::{Scenario, Side};
 use crate::target::Target;
 use crate::zipf::Zipf;

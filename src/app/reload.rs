@@ -229,7 +229,7 @@ impl Reloader {
         for (config, slot) in plan.starts.iter().zip(&slots) {
             match super::start_upstream(config, *slot, &p.client, &p.metrics, &p.cancel, &p.tracker) {
                 Ok(u) => started.push(u),
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(e.to_string()),
             }
         }
         if !errors.is_empty() {

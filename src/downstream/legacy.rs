@@ -19,7 +19,7 @@ pub use table::SessionTable;
 pub use token::SessionKey;
 
 use crate::auth::Principal;
-use crate::error::{DownstreamError, Error};
+use crate::error::{DownstreamError, Error, Reason};
 use crate::hub::Hub;
 use crate::jsonrpc::{RawJson, RawObject, RpcError, code};
 use crate::mcp::{self, legacy_method as lm, method as m};
@@ -54,9 +54,10 @@ impl Legacy {
         let none = RawObject::default();
         let call = Call::new(m::DISCOVER, &none, &none, principal);
         let discovered = self.router.handle(&call).await?;
-        let body = discovered.outcome.map_err(|e| Error::Internal(format!("server/discover failed: {e}")))?;
+        let body = discovered.outcome.map_err(|e| Error::Internal(format!("server/discover failed: {e}").into()))?;
         let body = body.into_bytes().await?;
-        let discover: Value = serde_json::from_slice(&body).map_err(|e| Error::Internal(e.to_string()))?;
+        let discover: Value = serde_json::from_slice(&body)
+            .map_err(|e| Error::Internal(Reason::caused_by("server/discover result", e)))?;
         let mut result = json!({
             "protocolVersion": version,
             // The same flags mean the same thing to a legacy client: `resources.subscribe` is

@@ -40,7 +40,10 @@ impl Routing {
             return Ok(items);
         }
         let malformed = |reason: String| {
-            Error::from(UpstreamError::new(self.0.upstreams[index].name(), UpstreamErrorKind::Protocol { reason }))
+            Error::from(UpstreamError::new(
+                self.0.upstreams[index].name(),
+                UpstreamErrorKind::Protocol { reason: reason.into() },
+            ))
         };
         let text = std::str::from_utf8(&items).map_err(|e| malformed(e.to_string()))?;
         let wrapped = format!("[{text}]");

@@ -12,7 +12,7 @@ use super::rewrite;
 use super::{Answer, CacheStatus, Call, Payload, Routing};
 use crate::auth::policy::Kind;
 use crate::cache::{CachedMethod, Stored};
-use crate::error::{DownstreamError, Error, UpstreamError, UpstreamErrorKind};
+use crate::error::{DownstreamError, Error, Reason, UpstreamError, UpstreamErrorKind};
 use crate::jsonrpc::{RawObject, RpcError, Spliced, code};
 use crate::upstream::catalog::Named;
 use crate::upstream::{Fetch, Reply};
@@ -94,8 +94,9 @@ impl Routing {
                 }
             },
         };
-        let malformed =
-            |reason: String| Error::from(UpstreamError::new(upstream.name(), UpstreamErrorKind::Protocol { reason }));
+        let malformed = |reason: String| {
+            Error::from(UpstreamError::new(upstream.name(), UpstreamErrorKind::Protocol { reason: reason.into() }))
+        };
         let text = std::str::from_utf8(&body).map_err(|e| malformed(e.to_string()))?;
         let mut obj = RawObject::parse_str(text).map_err(|e| malformed(format!("read result: {e}")))?;
         let mut rewritten = rewrite::read_object(&mut obj, &self.0.ns, index).map_err(|e| malformed(e.to_string()))?;
@@ -243,8 +244,8 @@ impl Routing {
 
     pub(super) fn rewrite(&self, r: Result<Bytes, rewrite::Unrewritable>, index: usize) -> Result<Bytes, Error> {
         r.map_err(|e| {
-            let reason = e.to_string();
-            UpstreamError::new(self.0.upstreams[index].name(), UpstreamErrorKind::Protocol { reason }).into()
+            UpstreamError::new(self.0.upstreams[index].name(), UpstreamErrorKind::Protocol { reason: Reason::of(e) })
+                .into()
         })
     }
 }

@@ -112,7 +112,7 @@ impl Relay {
     }
 
     fn protocol(&self, reason: String) -> UpstreamError {
-        UpstreamError::new(self.name(), UpstreamErrorKind::Protocol { reason })
+        UpstreamError::new(self.name(), UpstreamErrorKind::Protocol { reason: reason.into() })
     }
 
     fn failed(&self, e: ScanError) -> UpstreamError {

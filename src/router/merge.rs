@@ -202,7 +202,7 @@ impl Routing {
         let malformed = |e: String| {
             Error::from(UpstreamError::new(
                 upstream.name(),
-                UpstreamErrorKind::Protocol { reason: format!("{} page: {e}", kind.method()) },
+                UpstreamErrorKind::Protocol { reason: format!("{} page: {e}", kind.method()).into() },
             ))
         };
         let text = std::str::from_utf8(&body).map_err(|e| malformed(e.to_string()))?;

@@ -96,10 +96,11 @@ fn traces_url(endpoint: &str) -> String {
 }
 
 /// Builds the exporter and the tracer for `config`, or `None` when no endpoint is set.
-pub(super) fn start(config: &TelemetryConfig) -> Result<Option<(Exporter, opentelemetry_sdk::trace::Tracer)>, String> {
+pub(super) fn start(
+    config: &TelemetryConfig,
+) -> Result<Option<(Exporter, opentelemetry_sdk::trace::Tracer)>, super::TelemetryError> {
     let Some(endpoint) = &config.otlp_endpoint else { return Ok(None) };
-    let runtime = tokio::runtime::Handle::try_current()
-        .map_err(|_| "telemetry.otlp_endpoint: trace export needs the tokio runtime".to_owned())?;
+    let runtime = tokio::runtime::Handle::try_current().map_err(super::TelemetryError::NoRuntime)?;
     let client = Client { client: crate::client::client(), runtime };
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
@@ -108,7 +109,7 @@ pub(super) fn start(config: &TelemetryConfig) -> Result<Option<(Exporter, opente
         .with_timeout(EXPORT_TIMEOUT)
         .with_http_client(client)
         .build()
-        .map_err(|e| format!("telemetry.otlp_endpoint: {e}"))?;
+        .map_err(|e| super::TelemetryError::Exporter(Box::new(e)))?;
     let resource = opentelemetry_sdk::Resource::builder().with_service_name(config.service_name.clone()).build();
     let provider = SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build();
     let tracer = provider.tracer("resmux");

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::headers::ParamHeader;
 use super::{Reply, Upstream};
-use crate::error::{UpstreamError, UpstreamErrorKind};
+use crate::error::{Reason, UpstreamError, UpstreamErrorKind};
 use crate::mcp::method as m;
 
 /// How long a walked catalog is trusted without a change notification.
@@ -156,7 +156,9 @@ impl Upstream {
             let page: Value = serde_json::from_slice(&page).map_err(|e| {
                 UpstreamError::new(
                     self.name(),
-                    UpstreamErrorKind::Protocol { reason: format!("{} page: {e}", kind.list_method()) },
+                    UpstreamErrorKind::Protocol {
+                        reason: Reason::caused_by(format!("{} page", kind.list_method()), e),
+                    },
                 )
             })?;
             for item in page.get(kind.items()).and_then(Value::as_array).into_iter().flatten() {

@@ -79,7 +79,7 @@ impl Upstream {
             }
             Ok(reply) if legacy::probe_says_modern(&reply) || modern_only => {
                 let reason = format!("server/discover refused: {:?}", reply_error(&reply));
-                Err(UpstreamError::new(self.name(), UpstreamErrorKind::Protocol { reason }))
+                Err(UpstreamError::new(self.name(), UpstreamErrorKind::Protocol { reason: reason.into() }))
             }
             // A legacy server: an unrecognised error or a 4xx without a modern error body.
             Ok(_) | Err(UpstreamError { kind: UpstreamErrorKind::Status { .. }, .. }) => {
@@ -109,7 +109,7 @@ impl Upstream {
             Reply::Error(e) => {
                 return Err(UpstreamError::new(
                     self.name(),
-                    UpstreamErrorKind::Protocol { reason: format!("initialize: {e}") },
+                    UpstreamErrorKind::Protocol { reason: format!("initialize: {e}").into() },
                 ));
             }
         };

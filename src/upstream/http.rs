@@ -11,7 +11,7 @@ use super::ProgressSink;
 use super::large::{Fetch, LargeBody};
 use super::sse::{SseError, SseStream};
 pub use crate::client::{HttpClient, client, tls_client};
-use crate::error::{UpstreamError, UpstreamErrorKind};
+use crate::error::{Reason, UpstreamError, UpstreamErrorKind};
 use crate::jsonrpc::Reply;
 use crate::jsonrpc::{Incoming, Kind};
 use crate::mcp;
@@ -64,16 +64,16 @@ impl HttpTransport {
         Self { name: name.into(), client, uri, headers, max_message }
     }
 
-    fn err_unavailable(&self, reason: impl ToString) -> UpstreamError {
-        UpstreamError::new(self.name.clone(), UpstreamErrorKind::Unavailable { reason: reason.to_string() })
+    fn err_unavailable(&self, reason: impl Into<Reason>) -> UpstreamError {
+        UpstreamError::new(self.name.clone(), UpstreamErrorKind::Unavailable { reason: reason.into() })
     }
 
-    fn err_protocol(&self, reason: impl ToString) -> UpstreamError {
-        UpstreamError::new(self.name.clone(), UpstreamErrorKind::Protocol { reason: reason.to_string() })
+    fn err_protocol(&self, reason: impl Into<Reason>) -> UpstreamError {
+        UpstreamError::new(self.name.clone(), UpstreamErrorKind::Protocol { reason: reason.into() })
     }
 
-    pub(super) fn err_disconnected(&self, reason: impl ToString) -> UpstreamError {
-        UpstreamError::new(self.name.clone(), UpstreamErrorKind::Disconnected { reason: reason.to_string() })
+    pub(super) fn err_disconnected(&self, reason: impl Into<Reason>) -> UpstreamError {
+        UpstreamError::new(self.name.clone(), UpstreamErrorKind::Disconnected { reason: reason.into() })
     }
 
     /// The header map of a request: configured static headers, the upstream credential
@@ -100,16 +100,15 @@ impl HttpTransport {
     ) -> Result<http::Response<hyper::body::Incoming>, UpstreamError> {
         let mut req = Request::builder().method(method).uri(self.uri.clone());
         *req.headers_mut().expect("builder is valid") = headers;
-        let req = req.body(Full::new(body)).map_err(|e| self.err_protocol(e))?;
+        let req = req.body(Full::new(body)).map_err(|e| self.err_protocol(Reason::of(e)))?;
         self.client.request(req).await.map_err(|e| {
-            let reason = crate::error::chain(&e);
             // A failed handshake, a rejected certificate or a peer's alert (say, a client
             // certificate the server wants): retrying will not change it.
             if tls::find_tls_error(&e).is_some() {
-                return UpstreamError::new(self.name.clone(), UpstreamErrorKind::Tls { reason });
+                return UpstreamError::new(self.name.clone(), UpstreamErrorKind::Tls { reason: Reason::of(e) });
             }
             // A connect error never reached the upstream; anything else may have.
-            if e.is_connect() { self.err_unavailable(reason) } else { self.err_disconnected(reason) }
+            if e.is_connect() { self.err_unavailable(Reason::of(e)) } else { self.err_disconnected(Reason::of(e)) }
         })
     }
 
@@ -255,7 +254,7 @@ impl HttpTransport {
             WholeError::TooLarge { limit } => {
                 UpstreamError::new(self.name.clone(), UpstreamErrorKind::TooLarge { limit })
             }
-            WholeError::Read(e) => self.err_disconnected(e),
+            WholeError::Read(e) => self.err_disconnected(Reason::of_boxed(e)),
         })
     }
 
@@ -326,7 +325,7 @@ impl HttpTransport {
             SseError::TooLarge { limit } | SseError::NoEvent { limit } => {
                 UpstreamError::new(self.name.clone(), UpstreamErrorKind::TooLarge { limit })
             }
-            SseError::Body(e) => self.err_disconnected(e),
+            SseError::Body(e) => self.err_disconnected(Reason::of(e)),
             SseError::Large => {
                 UpstreamError::new(self.name.clone(), UpstreamErrorKind::TooLarge { limit: self.max_message })
             }

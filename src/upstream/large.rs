@@ -12,7 +12,7 @@ use http_body_util::BodyExt;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::sse::SseData;
-use crate::error::{UpstreamError, UpstreamErrorKind};
+use crate::error::{Reason, UpstreamError, UpstreamErrorKind};
 use crate::jsonrpc::Reply;
 
 /// An upstream's answer to a request that may be relayed.
@@ -83,8 +83,8 @@ pub async fn collect_or_large(
     Ok(Err(LargeBody::new(upstream.clone(), prefix, Source::Body(body))))
 }
 
-fn disconnected(upstream: &str, e: impl ToString) -> UpstreamError {
-    UpstreamError::new(upstream, UpstreamErrorKind::Disconnected { reason: e.to_string() })
+fn disconnected(upstream: &str, e: impl std::error::Error + Send + Sync + 'static) -> UpstreamError {
+    UpstreamError::new(upstream, UpstreamErrorKind::Disconnected { reason: Reason::of(e) })
 }
 
 impl LargeBody {

@@ -29,6 +29,68 @@ impl Side {
     }
 }
 
+/// What went wrong, in the proxy's words, and the error underneath when there was one: the
+/// cause is kept whole (its type and chain), not flattened into the text.
+#[derive(Debug, Clone)]
+pub struct Reason {
+    context: std::borrow::Cow<'static, str>,
+    cause: Option<Cause>,
+}
+
+impl Reason {
+    /// A reason with no underlying error.
+    pub fn new(context: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        Reason { context: context.into(), cause: None }
+    }
+
+    /// `context`, caused by `cause`.
+    pub fn caused_by(
+        context: impl Into<std::borrow::Cow<'static, str>>,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Reason { context: context.into(), cause: Some(Arc::new(cause)) }
+    }
+
+    /// Just `cause`: the error says it all.
+    pub fn of(cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Reason { context: "".into(), cause: Some(Arc::new(cause)) }
+    }
+
+    /// Just `cause`, already boxed (a body's error, say).
+    pub fn of_boxed(cause: Box<dyn std::error::Error + Send + Sync>) -> Self {
+        Reason { context: "".into(), cause: Some(Arc::from(cause)) }
+    }
+}
+
+/// The context, then the cause's whole chain.
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&*self.context, &self.cause) {
+            (context, None) => f.write_str(context),
+            ("", Some(cause)) => f.write_str(&chain(cause.as_ref())),
+            (context, Some(cause)) => write!(f, "{context}: {}", chain(cause.as_ref())),
+        }
+    }
+}
+
+impl std::error::Error for Reason {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause.as_deref().map(|c| c as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl From<String> for Reason {
+    fn from(context: String) -> Self {
+        Reason::new(context)
+    }
+}
+
+impl From<&str> for Reason {
+    fn from(context: &str) -> Self {
+        Reason::new(context.to_owned())
+    }
+}
+
 /// A request the proxy refuses because of what the downstream client sent.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum DownstreamError {
@@ -100,14 +162,26 @@ pub enum UpstreamErrorKind {
     #[error("did not answer within {after:?}")]
     Timeout { after: Duration },
     #[error("is unavailable: {reason}")]
-    Unavailable { reason: String },
+    Unavailable {
+        #[source]
+        reason: Reason,
+    },
     /// TLS with the upstream failed: the handshake, its certificate (or ours), or an alert.
     #[error("TLS failed: {reason}")]
-    Tls { reason: String },
+    Tls {
+        #[source]
+        reason: Reason,
+    },
     #[error("connection failed mid-request: {reason}")]
-    Disconnected { reason: String },
+    Disconnected {
+        #[source]
+        reason: Reason,
+    },
     #[error("broke the protocol: {reason}")]
-    Protocol { reason: String },
+    Protocol {
+        #[source]
+        reason: Reason,
+    },
     /// A message the proxy cannot use, with what was wrong with it.
     #[error("broke the protocol: {0}")]
     Malformed(#[source] Cause),
@@ -180,7 +254,7 @@ pub enum Error {
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
     #[error("internal error: {0}")]
-    Internal(String),
+    Internal(#[source] Reason),
 }
 
 impl Error {
@@ -208,12 +282,15 @@ impl Error {
 }
 
 /// `err` and each of its causes, joined with `: `.
+///
+/// A cause whose text the chain already holds is not repeated: errors that print their own
+/// cause (as [`Reason`] and many library errors do) would otherwise read twice.
 pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut text = err.to_string();
     let mut next = err.source();
     while let Some(e) = next {
         let more = e.to_string();
-        if !text.ends_with(&more) {
+        if !text.contains(&more) {
             text.push_str(": ");
             text.push_str(&more);
         }
@@ -225,6 +302,16 @@ pub fn chain(err: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reason_keeps_its_cause_and_reads_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        let kind = UpstreamErrorKind::Unavailable { reason: Reason::caused_by("connect", io) };
+        let err = UpstreamError::new("docs", kind);
+        let cause = std::error::Error::source(&err).and_then(std::error::Error::source);
+        assert!(cause.is_some_and(|c| c.downcast_ref::<std::io::Error>().is_some()), "the io::Error is kept");
+        assert_eq!(chain(&err), "upstream `docs` is unavailable: connect: connection refused");
+    }
 
     #[test]
     fn only_upstream_failures_are_retryable() {

@@ -11,8 +11,9 @@ use serde::Serialize;
 use super::args::Secrets;
 use super::reply::{Kind, Reply};
 use crate::histogram::Histogram;
+use crate::measure::{Failure, add_failure, merge_failures};
 use crate::report::Latency;
-use crate::requests::{CacheCounts, Failure, add_failure, merge_failures};
+use crate::requests::CacheCounts;
 
 /// Distinct JSON-RPC error codes, and failure classes, kept apart per method and phase; a
 /// server answering with ever new codes adds to `rpc_errors_other` (and the class

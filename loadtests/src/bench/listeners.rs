@@ -25,8 +25,8 @@ use super::counts::{Phase, Sent};
 use super::endpoint::{Endpoint, Era, json_string};
 use super::reply::{self, Kind, Reply};
 use crate::histogram::Histogram;
+use crate::measure::{Failure, add_failure, merge_failures};
 use crate::report::Latency;
-use crate::requests::{Failure, add_failure, merge_failures};
 use crate::wire::{self, StreamMessage};
 
 /// Largest SSE event a listener accepts.

@@ -21,8 +21,8 @@ use super::listeners::{self, ListenFigures, Listeners};
 use super::load::{self, Live, Plan};
 use super::output::{BenchReport, EndpointReport, Summary};
 use crate::histogram::Histogram;
+use crate::measure::Clock;
 use crate::report::{Latency, curve, rates};
-use crate::requests::Clock;
 
 /// Workers by default: closed loop, and open loop (the most requests in flight at once).
 const CLOSED_WORKERS: usize = 16;

@@ -59,7 +59,7 @@ impl Error {
                     "retryable": self.is_retryable(),
                 });
                 if let UpstreamErrorKind::Tls { reason } = &u.kind {
-                    data["tls"] = json!(reason);
+                    data["tls"] = json!(reason.to_string());
                 }
                 if let UpstreamErrorKind::Credential { source, .. } = &u.kind {
                     data["credential"] = json!(chain(source.as_ref()));
