@@ -177,6 +177,7 @@ impl Admin {
             "l2_fills": n(&s.l2_fills),
             "l2_fills_raced": n(&s.l2_fills_raced),
             "lock_waits": n(&s.lock_waits),
+            "fill_notices": n(&s.fill_notices),
             "events_published": n(&s.published),
             "events_received": n(&s.received),
             "events_dropped": n(&s.dropped),

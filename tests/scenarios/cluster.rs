@@ -182,6 +182,8 @@ async fn replicas_stampeding_on_one_key_make_one_upstream_request() {
     assert_eq!(up.sample.count("resources/read") - before, 1, "24 callers on 3 replicas, one upstream request");
     let waits: u64 = ps.iter().map(|p| cluster_state(p)["lock_waits"].as_u64().unwrap()).sum();
     assert!(waits >= 1, "the other replicas waited for the fill");
+    let notices: u64 = ps.iter().map(|p| cluster_state(p)["fill_notices"].as_u64().unwrap()).sum();
+    assert!(notices >= 1, "the fill's notice woke the waiting replicas");
 }
 
 #[tokio::test]

@@ -100,6 +100,8 @@ async fn replicas_stampeding_on_one_key_make_one_upstream_request_on_a_redis_clu
     assert_eq!(up.sample.count("resources/read") - before, 1, "24 callers on 3 replicas, one upstream request");
     let waits: u64 = ps.iter().map(|p| cluster_state(p)["lock_waits"].as_u64().unwrap()).sum();
     assert!(waits >= 1, "the other replicas waited for the fill");
+    let notices: u64 = ps.iter().map(|p| cluster_state(p)["fill_notices"].as_u64().unwrap()).sum();
+    assert!(notices >= 1, "the fill's notice woke the waiting replicas");
 }
 
 #[tokio::test]
@@ -278,14 +280,18 @@ async fn a_killed_redis_master_is_survived_while_reads_and_listens_run() {
             })
         })
         .collect();
-    // The loss is seen: some replica reports Redis degraded while the master is gone.
-    let saw_degraded = Arc::new(AtomicBool::new(false));
+    // The loss is seen: some replica reports Redis degraded while the master is gone, in
+    // /readyz and in its metrics.
+    let (saw_degraded, saw_metric) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
     let watcher = {
-        let (ps, stop, saw) = (ps.clone(), stop.clone(), saw_degraded.clone());
+        let (ps, stop, saw, metric) = (ps.clone(), stop.clone(), saw_degraded.clone(), saw_metric.clone());
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 if ps.iter().any(|p| cluster_state(p)["redis"] == "degraded") {
                     saw.store(true, Ordering::Relaxed);
+                }
+                if ps.iter().any(|p| p.app.admin().metrics_text().contains("resmux_cluster_redis_up 0\n")) {
+                    metric.store(true, Ordering::Relaxed);
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
@@ -311,6 +317,8 @@ async fn a_killed_redis_master_is_survived_while_reads_and_listens_run() {
         assert!(failed.is_empty(), "{} of {n} reads failed during the failover: {failed:?}", failed.len());
     }
     assert!(saw_degraded.load(Ordering::Relaxed), "no replica reported the lost master in /readyz");
+    assert!(saw_metric.load(Ordering::Relaxed), "no replica reported the lost master in its metrics");
+    assert!(ps[0].app.admin().metrics_text().contains("resmux_cluster_redis_up 1\n"));
     let errors_after: u64 = ps.iter().map(|p| cluster_state(p)["errors"].as_u64().unwrap()).sum();
     assert!(errors_after > errors_before, "the metrics count the failed Redis calls");
 

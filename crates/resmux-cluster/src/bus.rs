@@ -144,6 +144,12 @@ impl Cluster {
     /// Reads a bus message; `None` for our own, malformed or fenced-off ones.
     fn decode(&self, payload: &[u8]) -> Option<Inbound> {
         let v: Value = serde_json::from_slice(payload).ok()?;
+        if v["k"] == "filled" {
+            // Waiters are on other replicas, but two flights of one replica (different
+            // callers) may wait on one lock too.
+            self.wake_fill_waiters(v["l"].as_str()?);
+            return None;
+        }
         if v["r"].as_str()? == &*self.0.replica {
             return None;
         }

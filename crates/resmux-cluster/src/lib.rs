@@ -19,6 +19,7 @@
 mod bus;
 pub mod config;
 mod conn;
+mod fillwait;
 mod l2;
 mod lease;
 mod purge;
@@ -38,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use bus::{Event, Inbound};
+pub use fillwait::FillWait;
 pub use l2::{Probe, SharedKey};
 pub use lease::Role;
 pub use sessions::Adopted;
@@ -82,6 +84,8 @@ pub struct Stats {
     pub l2_fills_raced: AtomicU64,
     /// Misses that waited for another replica's fill.
     pub lock_waits: AtomicU64,
+    /// Notices that woke such a wait (the fill, or its failure, was announced).
+    pub fill_notices: AtomicU64,
     pub errors: AtomicU64,
     pub published: AtomicU64,
     pub received: AtomicU64,
@@ -123,6 +127,8 @@ struct Inner {
     roles: Vec<watch::Sender<Role>>,
     /// Per upstream: the replica holding its listen, as the lease keeper last saw it.
     holders: Vec<watch::Sender<Option<Arc<str>>>>,
+    /// Flight leaders waiting here for another replica's fill.
+    fill_waiters: fillwait::Waiters,
     /// Per upstream (while holding it): the union of the other live replicas' interest.
     remote: Vec<watch::Sender<Filter>>,
     /// Per upstream: the highest fencing token seen, so a deposed holder's late events are
@@ -180,6 +186,7 @@ impl Cluster {
             ended_sessions: tokio::sync::broadcast::channel(256).0,
             roles: (0..n).map(|_| watch::channel(Role::Follower).0).collect(),
             holders: (0..n).map(|_| watch::channel(None).0).collect(),
+            fill_waiters: fillwait::Waiters::default(),
             remote: (0..n).map(|_| watch::channel(Filter::default()).0).collect(),
             fence: (0..n).map(|_| AtomicU64::new(0)).collect(),
             changed_at: moka::sync::Cache::builder()
