@@ -8,55 +8,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures_util::future::join_all;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::cluster::SECRET;
+use crate::cluster_fleet::*;
 use crate::redis_cluster::RedisCluster;
 use crate::support::*;
-use resmux::config::{Config, SecretSource, UpstreamConfig};
 use resmux::sample::{SampleHttp, SampleSpec};
 
-fn replica_config(ups: &[&SampleHttp], rc: &RedisCluster) -> Config {
-    let upstreams = ups.iter().map(|u| UpstreamConfig::http(&u.sample.spec().name, &u.url())).collect();
-    let mut c = config(upstreams);
-    c.cluster.redis_nodes = rc.seeds();
-    c.cluster.lease_ttl = Duration::from_millis(900);
-    c.proxy.cursor_secret = Some(SecretSource { value: Some(SECRET.into()), ..Default::default() });
-    c.hub.linger = Duration::from_millis(50);
-    c
-}
-
 async fn replicas(ups: &[&SampleHttp], rc: &RedisCluster, n: usize) -> Vec<Proxy> {
-    let mut out = Vec::new();
-    for _ in 0..n {
-        out.push(Proxy::start(replica_config(ups, rc)).await);
-    }
-    for p in &out {
-        discovered(&p.client).await;
-    }
-    out
+    fleet(ups, Shared::Cluster(rc), n).await
 }
 
-fn read(uri: &str) -> Value {
-    json!({ "uri": uri })
-}
-
-fn cluster_state(p: &Proxy) -> Value {
-    p.app.admin().readiness().1["cluster"].clone()
-}
-
-/// Waits until exactly one replica holds `upstream`'s listen lease; returns its index.
+/// Waits until exactly one replica holds `upstream`'s listen lease.
 async fn holder(ps: &[Proxy], upstream: &str) -> usize {
-    eventually("one replica holds the lease", || {
-        let roles: Vec<String> =
-            (ps.iter()).map(|p| cluster_state(p)["listen_roles"][upstream].as_str().unwrap_or("").to_owned()).collect();
-        async move {
-            let holders: Vec<usize> = (0..roles.len()).filter(|i| roles[*i] == "holder").collect();
-            (holders.len() == 1 && roles.iter().all(|r| r == "holder" || r == "follower")).then(|| holders[0])
-        }
-    })
-    .await
+    crate::cluster_fleet::holder(&ps.iter().collect::<Vec<_>>(), upstream).await
 }
 
 #[tokio::test]
@@ -78,52 +43,13 @@ async fn replicas_share_entries_through_a_redis_cluster() {
 #[tokio::test]
 async fn replicas_stampeding_on_one_key_make_one_upstream_request_on_a_redis_cluster() {
     let rc = RedisCluster::start().await;
-    let mut spec = SampleSpec::generated("docs", 5);
-    spec.delay = Duration::from_millis(300);
-    let up = sample_http(spec).await;
-    let ps = replicas(&[&up], &rc, 3).await;
-    holder(&ps, "docs").await;
-    eventually("the holder listens upstream", || {
-        let n = up.sample.listens_open();
-        async move { (n == 1).then_some(()) }
-    })
-    .await;
-    let before = up.sample.count("resources/read");
-    let calls = ps.iter().flat_map(|p| {
-        (0..8).map(|_| {
-            let c = p.client.clone();
-            async move { c.request("resources/read", read("docs://item/3")).await }
-        })
-    });
-    let answers = join_all(calls).await;
-    assert!(answers.iter().all(|a| a.status == 200 && a.result()["contents"].is_array()));
-    assert_eq!(up.sample.count("resources/read") - before, 1, "24 callers on 3 replicas, one upstream request");
-    let waits: u64 = ps.iter().map(|p| cluster_state(p)["lock_waits"].as_u64().unwrap()).sum();
-    assert!(waits >= 1, "the other replicas waited for the fill");
-    let notices: u64 = ps.iter().map(|p| cluster_state(p)["fill_notices"].as_u64().unwrap()).sum();
-    assert!(notices >= 1, "the fill's notice woke the waiting replicas");
+    a_stampede_makes_one_upstream_request(Shared::Cluster(&rc)).await;
 }
 
 #[tokio::test]
 async fn private_entries_never_reach_another_principal_through_a_redis_cluster() {
     let rc = RedisCluster::start().await;
-    let mut spec = SampleSpec::generated("docs", 5);
-    spec.public = false;
-    let up = sample_http(spec).await;
-    let mut ps = Vec::new();
-    for _ in 0..2 {
-        let mut c = replica_config(&[&up], &rc);
-        api_keys(&mut c, &["alice-7f3a", "bob-91c2"]);
-        ps.push(Proxy::start(c).await);
-    }
-    let (alice_a, alice_b) = (ps[0].client.as_principal("alice-7f3a"), ps[1].client.as_principal("alice-7f3a"));
-    let bob_b = ps[1].client.as_principal("bob-91c2");
-    let first = alice_a.request("resources/read", read("docs://item/1")).await;
-    assert_eq!(first.cache(), "miss");
-    assert_eq!(first.result()["cacheScope"], "private");
-    assert_eq!(bob_b.request("resources/read", read("docs://item/1")).await.cache(), "miss");
-    assert_eq!(alice_b.request("resources/read", read("docs://item/1")).await.cache(), "hit");
-    assert_eq!(up.sample.count("resources/read"), 2);
+    private_entries_stay_with_their_principal(Shared::Cluster(&rc)).await;
 }
 
 /// Opens a listen on every replica for `uri`, acknowledged.
@@ -166,18 +92,9 @@ async fn each_upstream_has_one_listen_for_the_fleet_and_its_changes_reach_every_
     for (i, (up, name)) in [(&docs, "docs"), (&wiki, "wiki")].into_iter().enumerate() {
         let status = format!("{name}+{}", up.sample.status_uri());
         up.sample.bump();
-        for l in &mut listens[i] {
-            let n = l.next_method("notifications/resources/updated").await;
-            assert_eq!(n["params"]["uri"], status);
-        }
-        // The replicas noted the change before their listeners heard of it; a shared value
-        // is taken only if fetched in a later millisecond than the change.
-        let noted = resmux::cluster::now_ms();
-        eventually("the clock is past the millisecond of the change", || {
-            let later = resmux::cluster::now_ms() > noted;
-            async move { later.then_some(()) }
-        })
-        .await;
+        each_hears(&mut listens[i], "notifications/resources/updated", &status).await;
+        // The replicas noted the change before their listeners heard of it.
+        past_this_millisecond().await;
         // No replica serves the content from before the change.
         for (r, p) in ps.iter().enumerate() {
             let after = p.client.request("resources/read", read(&status)).await;
@@ -186,66 +103,10 @@ async fn each_upstream_has_one_listen_for_the_fleet_and_its_changes_reach_every_
     }
 }
 
-/// A replica in its own process on the Redis Cluster, so that it can be SIGKILLed.
-async fn process_replica(up: &SampleHttp, rc: &RedisCluster) -> ServeProcess {
-    let nodes: Vec<String> = rc.seeds().iter().map(|s| format!("\"{s}\"")).collect();
-    let text = format!(
-        r#"
-[listen]
-addr = "127.0.0.1:0"
-[log]
-format = "json"
-level = "info"
-[proxy]
-cursor_secret = {{ value = "{SECRET}" }}
-[hub]
-linger = "50ms"
-[cluster]
-redis_nodes = [{}]
-lease_ttl = "900ms"
-[[upstream]]
-name = "docs"
-url = "{}"
-"#,
-        nodes.join(", "),
-        up.url()
-    );
-    ServeProcess::start(&text).await
-}
-
 #[tokio::test]
-async fn a_killed_replicas_listen_moves_to_another_within_the_lease() {
+async fn a_killed_replicas_listens_move_to_the_survivors_within_the_lease() {
     let rc = RedisCluster::start().await;
-    let up = sample_http(SampleSpec::generated("docs", 5)).await;
-    let mut first = process_replica(&up, &rc).await;
-    discovered(&McpClient::new(&format!("http://{}/mcp", first.addr))).await;
-    let ps = replicas(&[&up], &rc, 2).await;
-    for p in &ps {
-        eventually("the process replica holds the lease", || {
-            let role = cluster_state(p)["listen_roles"]["docs"].clone();
-            async move { (role == "follower").then_some(()) }
-        })
-        .await;
-    }
-    let mut listens = listen_everywhere(&ps, "docs://item/2").await;
-    upstream_subscribed(&up, &["docs://item/2"]).await;
-
-    first.child.start_kill().unwrap(); // SIGKILL: no release, the lease must expire
-    first.child.wait().await.unwrap();
-    let killed = tokio::time::Instant::now();
-    for l in &mut listens {
-        let resync = l.next_method("notifications/resources/updated").await;
-        assert_eq!(resync["params"]["uri"], "docs://item/2");
-    }
-    let took = killed.elapsed();
-    eprintln!("replica failover on a redis cluster: listeners resynced {took:?} after the SIGKILL (lease_ttl 900 ms)");
-    assert!(took < Duration::from_secs(5), "failover took {took:?}");
-    holder(&ps, "docs").await;
-    up.sample.touch("docs://item/2");
-    for l in &mut listens {
-        let n = l.next_method("notifications/resources/updated").await;
-        assert_eq!(n["params"]["uri"], "docs://item/2");
-    }
+    a_killed_replicas_listens_move_within_the_lease(Shared::Cluster(&rc)).await;
 }
 
 #[tokio::test]
@@ -345,13 +206,7 @@ async fn a_killed_redis_master_is_survived_while_reads_and_listens_run() {
     })
     .await;
     up.sample.touch("docs://item/400");
-    for l in &mut fresh_listens {
-        let n = l.next_method("notifications/resources/updated").await;
-        assert_eq!(n["params"]["uri"], "docs://item/400");
-    }
+    each_hears(&mut fresh_listens, "notifications/resources/updated", "docs://item/400").await;
     up.sample.bump();
-    for l in &mut listens {
-        let n = l.next_method("notifications/resources/updated").await;
-        assert_eq!(n["params"]["uri"], status);
-    }
+    each_hears(&mut listens, "notifications/resources/updated", &status).await;
 }

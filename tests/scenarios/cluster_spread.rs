@@ -4,22 +4,17 @@
 //! only those it held. The admin views name each upstream's holder.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use crate::cluster::SECRET;
+use crate::cluster_fleet::{Shared, fleet_config};
 use crate::redis_cluster::RedisCluster;
 use crate::support::*;
-use resmux::config::{Config, SecretSource, UpstreamConfig};
+use resmux::config::Config;
 use resmux::sample::{SampleHttp, SampleSpec};
 
 const UPSTREAMS: usize = 8;
 
 fn replica_config(ups: &[SampleHttp], rc: &RedisCluster) -> Config {
-    let upstreams = ups.iter().map(|u| UpstreamConfig::http(&u.sample.spec().name, &u.url())).collect();
-    let mut c = config(upstreams);
-    c.cluster.redis_nodes = rc.seeds();
-    c.cluster.lease_ttl = Duration::from_millis(900);
-    c.proxy.cursor_secret = Some(SecretSource { value: Some(SECRET.into()), ..Default::default() });
+    let mut c = fleet_config(&ups.iter().collect::<Vec<_>>(), Shared::Cluster(rc));
     c.admin.addr = "127.0.0.1:0".into();
     c
 }
