@@ -1,29 +1,38 @@
-//! resmux: a caching, multiplexing proxy for MCP resources.
+//! resmux: a caching, multiplexing proxy for MCP resources. This crate is the proxy itself: the
+//! MCP endpoint, the router, the hub, the upstream handles, authentication, operations and the
+//! binary. What it stands on lives in crates below it, which cannot reach back up (Cargo
+//! refuses the edge; `tests/crate_graph.rs` names the allowed ones):
 //!
 //! ```text
-//! downstream                                                      upstream
-//!  HTTP /mcp ─► codec ─► auth ─► router ─┬─► pool ─► Streamable HTTP | stdio child process
-//!              (envelope,  (principal)   │
-//!               headers)                 └─► merge (fan-out to N upstreams, composite cursor)
+//!                         resmux-load (load generator)
+//!                                   │
+//!                resmux (endpoint, router, hub, upstreams, auth, admin, app)
+//!            ┌──────────────┬───────┴──────┬───────────────┐
+//!     resmux-sample   resmux-cluster   resmux-cache    resmux-http
+//!   (built-in server)  (Redis tier)    (result cache)  (acceptor, lean path,
+//!            │              │   └──────┐  │             client, TLS; no MCP)
+//!            └──────────────┴──── resmux-proto ──┘
+//!                  (codec, MCP vocabulary, caller identity, error kinds; no I/O)
 //! ```
 //!
-//! Modules, in the order a request flows through them:
-//! - [`downstream`]: the Streamable HTTP endpoint, transport checks and spec validation.
-//! - [`jsonrpc`]: the codec, the one place JSON-RPC is parsed and written.
-//! - [`mcp`]: protocol vocabulary (versions, `_meta` keys, headers, methods, lists, the listen
-//!   filter, changes and notices), a leaf that both sides share and that imports neither.
-//! - [`auth`]: the principal behind a request.
-//! - [`router`]: per-method routing, namespacing, merged lists and cursors.
-//! - [`cache`]: results by the upstream's `ttlMs`/`cacheScope`, single-flight, invalidation.
-//! - [`upstream`]: one handle per upstream server, over HTTP or a supervised stdio process;
-//!   its request path, era and legacy sessions, listens and MRTR relay each in a file of its own.
+//! A request flows down this crate's modules in this order; each uses only those after it
+//! (and the crates below):
+//! - [`app`] builds the running proxy from [`config`], and [`admin`] serves operations
+//!   (metrics, health, readiness, reload, purge, the dashboard); [`status`] is the metrics text
+//!   both listeners serve.
+//! - [`downstream`]: the Streamable HTTP endpoint (behind `resmux-http`'s acceptor and lean
+//!   path), transport checks, listen streams, legacy sessions, stdio.
 //! - [`hub`]: downstream listens, refcounted upstream listens, fan-out and invalidation.
-//! - [`error`]: errors of every layer and their JSON-RPC / HTTP mapping.
-//! - [`config`]: the configuration file; [`app`] builds the running proxy from it.
-//! - [`admin`]: the operations listener: metrics, health, readiness, the dashboard.
-//! - [`sample`]: a built-in MCP server for the demo, tests and load tests.
-//! - [`telemetry`] sets up logging; [`tls`] builds the rustls configurations of both sides;
-//!   [`client`] is the outbound HTTP client every layer that talks HTTP outward shares.
+//! - [`router`]: per-method routing, namespacing, merged lists and cursors, the cache in the
+//!   request path.
+//! - [`upstream`]: one handle per upstream server, over HTTP or a supervised stdio process.
+//! - [`auth`]: who a caller is and what it may reach.
+//! - [`telemetry`]: logs, spans and metrics; [`headers`] is the MCP vocabulary of the header
+//!   views; [`periodic`] runs the background sweeps.
+//!
+//! Re-exported at their old paths for callers of the library: [`jsonrpc`], [`mcp`], [`error`]
+//! and [`secret`] (`resmux-proto`), [`cache`] (`resmux-cache`) and [`cluster`]
+//! (`resmux-cluster`).
 
 #![forbid(unsafe_code)]
 

@@ -103,22 +103,32 @@ async fn the_conformance_fixture_server() {
 async fn server_everything_over_the_legacy_protocol() {
     let entry = repo().join("tests/node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     assert!(entry.exists(), "{} is missing: npm ci --prefix tests/node", entry.display());
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut child = Command::new("node")
-        .arg(&entry)
-        .arg("streamableHttp")
-        .env("PORT", port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node runs");
+    // server-everything takes a port number, not a bound socket: a free port can be taken by
+    // another process before it binds, so a start that exits early is tried on a new port.
     let deadline = tokio::time::Instant::now() + DEADLINE;
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        assert!(child.try_wait().unwrap().is_none(), "server-everything exited (port {port} taken?)");
-        assert!(tokio::time::Instant::now() < deadline, "server-everything did not listen in time");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut attempts = 0;
+    let (_child, port) = 'start: loop {
+        attempts += 1;
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut child = Command::new("node")
+            .arg(&entry)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("node runs");
+        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            if child.try_wait().unwrap().is_some() {
+                assert!(attempts < 3, "server-everything exited on {attempts} ports");
+                continue 'start;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "server-everything did not listen in time");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        break (child, port);
+    };
     let url = format!("http://127.0.0.1:{port}/mcp");
     let a = args(&[
         &url,

@@ -74,9 +74,9 @@ pub struct ListenConfig {
     /// buffers on keep-alive connections. A request it does not take (another method, a
     /// chunked or larger body, `Expect`, `Upgrade`, HTTP/1.0, a malformed head) hands the
     /// connection to hyper from that request on. Not used with `http2` or `tls`. Default
-    /// true: it holds 6.5 KiB per idle keep-alive connection instead of hyper's 17.9 KiB,
-    /// costs about 1,500 fewer instructions per cached read and served 5.7 % more cached
-    /// reads per second under wrk (docs/hit-path-profile.md, round six).
+    /// true: it holds a fraction of hyper's per-connection buffers on an idle keep-alive
+    /// connection and costs fewer instructions per cached read (the figures, and how they
+    /// were measured: docs/hit-path-profile.md).
     pub lean_requests: bool,
     /// Path serving Prometheus metrics on the MCP listener too (GET). Empty (the default)
     /// disables it: metrics belong on the admin listener (`[admin] addr`), which MCP clients
