@@ -210,3 +210,37 @@ async fn a_killed_redis_master_is_survived_while_reads_and_listens_run() {
     up.sample.bump();
     each_hears(&mut listens, "notifications/resources/updated", &status).await;
 }
+
+#[tokio::test]
+async fn a_purge_reaches_every_replica_and_every_master_of_a_redis_cluster() {
+    let rc = RedisCluster::start().await;
+    let docs = sample_http(SampleSpec::generated("docs", 5)).await;
+    let wiki = sample_http(SampleSpec::generated("wiki", 5)).await;
+    let mut ps = Vec::new();
+    for _ in 0..2 {
+        let mut c = fleet_config(&[&docs, &wiki], Shared::Cluster(&rc));
+        c.admin.addr = "127.0.0.1:0".into();
+        ps.push(Proxy::start(c).await);
+    }
+    for uri in ["docs+docs://item/1", "docs+docs://item/2", "wiki+wiki://item/1"] {
+        assert_eq!(ps[0].client.request("resources/read", read(uri)).await.cache(), "miss");
+        assert_eq!(ps[1].client.request("resources/read", read(uri)).await.cache(), "hit", "{uri} shared");
+    }
+    let values = |keys: Vec<String>, tag: &str| keys.iter().filter(|k| k.starts_with(tag) && k.contains(":v:")).count();
+    assert_eq!(values(rc.keys().await, "resmux:{docs}"), 2);
+    // Purging the upstream on replica A: its shared values go from the master that holds
+    // them, B drops its copies, and the other upstream's stay.
+    let url = format!("http://{}/admin/cache/purge", ps[0].app.admin_addr().unwrap());
+    let answer = McpClient::new(&url).raw("POST", &[], json!({"upstream": "docs"}).to_string().into_bytes()).await;
+    assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+    assert_eq!(answer.json()["shared"], 2, "{}", String::from_utf8_lossy(&answer.body));
+    let keys = rc.keys().await;
+    assert_eq!(values(keys.clone(), "resmux:{docs}"), 0, "{keys:?}");
+    assert_eq!(values(keys, "resmux:{wiki}"), 1);
+    let b = ps[1].client.clone();
+    eventually("replica B dropped its copy", || {
+        let b = b.clone();
+        async move { (b.request("resources/read", read("docs+docs://item/1")).await.cache() == "miss").then_some(()) }
+    })
+    .await;
+}

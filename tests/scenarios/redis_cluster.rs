@@ -154,6 +154,18 @@ impl RedisCluster {
         masters.iter().find(|(_, ranges)| ranges.iter().any(|(a, b)| (*a..=*b).contains(&slot))).unwrap().0
     }
 
+    /// Every key held by the live masters.
+    pub(crate) async fn keys(&self) -> Vec<String> {
+        let port = self.nodes.iter().find(|n| n.child.is_some()).unwrap().port;
+        let mut out = Vec::new();
+        for (master, _) in masters(port).await.unwrap() {
+            let mut c = conn(master).await.unwrap();
+            let keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(&mut c).await.unwrap();
+            out.extend(keys);
+        }
+        out
+    }
+
     /// SIGKILLs the node on `port`.
     pub(crate) async fn kill(&mut self, port: u16) {
         let node = self.nodes.iter_mut().find(|n| n.port == port).unwrap();
