@@ -158,6 +158,10 @@ impl Cluster {
         }
         let name = v["u"].as_str()?;
         let upstream = self.0.upstreams.iter().position(|u| &**u == name)?;
+        if v["k"] == "claim" {
+            self.claimed(upstream);
+            return None;
+        }
         let event = match v["k"].as_str()? {
             "updated" => Event::Change(Change::Updated(v["uri"].as_str()?.to_owned())),
             "list" => Event::Change(Change::ListChanged(list_of(v["list"].as_str()?)?)),

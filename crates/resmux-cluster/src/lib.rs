@@ -127,6 +127,8 @@ struct Inner {
     roles: Vec<watch::Sender<Role>>,
     /// Per upstream: the replica holding its listen, as the lease keeper last saw it.
     holders: Vec<watch::Sender<Option<Arc<str>>>>,
+    /// Wakes the lease keeper for a round now (another replica claimed a lease held here).
+    keeper_now: tokio::sync::Notify,
     /// Flight leaders waiting here for another replica's fill.
     fill_waiters: fillwait::Waiters,
     /// Per upstream (while holding it): the union of the other live replicas' interest.
@@ -186,6 +188,7 @@ impl Cluster {
             ended_sessions: tokio::sync::broadcast::channel(256).0,
             roles: (0..n).map(|_| watch::channel(Role::Follower).0).collect(),
             holders: (0..n).map(|_| watch::channel(None).0).collect(),
+            keeper_now: tokio::sync::Notify::new(),
             fill_waiters: fillwait::Waiters::default(),
             remote: (0..n).map(|_| watch::channel(Filter::default()).0).collect(),
             fence: (0..n).map(|_| AtomicU64::new(0)).collect(),
