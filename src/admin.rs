@@ -181,6 +181,7 @@ impl Admin {
             "events_published": n(&s.published),
             "events_received": n(&s.received),
             "events_dropped": n(&s.dropped),
+            "events_fenced": n(&s.fenced),
             "errors": n(&s.errors),
         })
     }

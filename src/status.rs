@@ -74,6 +74,7 @@ fn cluster_metrics(out: &mut String, cluster: &crate::cluster::Cluster, upstream
         ("events_published_total", "Bus events published.", &s.published),
         ("events_received_total", "Bus messages received.", &s.received),
         ("events_dropped_total", "Bus events dropped (outbox full or Redis down).", &s.dropped),
+        ("events_fenced_total", "Bus events of a deposed listen holder, dropped.", &s.fenced),
         ("leases_acquired_total", "Upstream listen leases taken.", &s.lease_acquired),
         ("leases_lost_total", "Upstream listen leases lost or handed over.", &s.lease_lost),
     ] {

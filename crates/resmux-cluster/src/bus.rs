@@ -176,6 +176,7 @@ impl Cluster {
         let fence = v["f"].as_u64()?;
         let seen = &self.0.fence[upstream];
         if fence < seen.fetch_max(fence, Ordering::AcqRel) {
+            self.0.stats.fenced.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(upstream = name, fence, "dropping an event of a deposed listen holder");
             return None;
         }

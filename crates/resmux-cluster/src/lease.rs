@@ -59,8 +59,17 @@ if cur then
   end
   return {0, cur}
 end
-local token = redis.call('INCR', KEYS[2])
-local value = ARGV[1] .. ':' .. token
+-- The token grows past the last one, and past the server's clock in ms: a promoted Redis
+-- Cluster replica may have lost the last increments of its dead master (replication is
+-- asynchronous), and a token below one already issued would fence off the new holder.
+local prev = redis.call('GET', KEYS[2])
+local token = 1
+if prev then
+  local t = redis.call('TIME')
+  token = math.max(tonumber(prev) + 1, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+end
+redis.call('SET', KEYS[2], string.format('%d', token))
+local value = ARGV[1] .. ':' .. string.format('%d', token)
 redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
 return {token, value}
 "#;

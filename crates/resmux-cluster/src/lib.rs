@@ -91,6 +91,8 @@ pub struct Stats {
     pub received: AtomicU64,
     /// Events dropped because the outbox was full.
     pub dropped: AtomicU64,
+    /// Events received from a deposed listen holder (a fence below the highest seen).
+    pub fenced: AtomicU64,
     pub lease_acquired: AtomicU64,
     pub lease_lost: AtomicU64,
 }
