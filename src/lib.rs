@@ -31,28 +31,27 @@
 //!   views; [`periodic`] runs the background sweeps.
 //!
 //! Re-exported at their old paths for callers of the library: [`jsonrpc`], [`mcp`], [`error`]
-//! and [`secret`] (`resmux-proto`), [`cache`] (`resmux-cache`) and [`cluster`]
-//! (`resmux-cluster`).
+//! and [`secret`] (`resmux-proto`), [`cache`] (`resmux-cache`), [`cluster`]
+//! (`resmux-cluster`), and [`tls`], [`whole`] and [`client`] (`resmux-http`; also
+//! `upstream::sse`).
 
 #![forbid(unsafe_code)]
 
 pub use resmux_cache as cache;
 pub use resmux_cluster as cluster;
+pub use resmux_http::{client, tls, whole};
 pub use resmux_proto::{error, jsonrpc, mcp, secret};
+pub use resmux_sample as sample;
 
 pub mod admin;
 pub mod app;
 pub mod auth;
-pub mod client;
 pub mod config;
 pub mod downstream;
 pub mod headers;
 pub mod hub;
 pub mod periodic;
 pub mod router;
-pub mod sample;
 pub mod status;
 pub mod telemetry;
-pub mod tls;
 pub mod upstream;
-pub mod whole;

@@ -16,7 +16,7 @@ pub mod listen;
 pub mod relay;
 
 mod request;
-pub mod sse;
+pub use resmux_http::sse;
 pub mod stats;
 pub mod stdio;
 

@@ -100,9 +100,9 @@ fn lower_crates_stay_free_of_what_they_must_not_know() {
 }
 
 #[test]
-fn the_protocol_and_cache_crates_exist() {
+fn every_layer_is_a_crate() {
     let graph = graph();
-    for name in ["resmux-proto", "resmux-cache", "resmux-cluster"] {
+    for name in ["resmux-proto", "resmux-http", "resmux-cache", "resmux-cluster", "resmux-sample"] {
         assert!(graph.contains_key(name), "{name} is a workspace crate");
     }
 }

@@ -167,3 +167,20 @@ impl Default for ListenConfig {
         }
     }
 }
+
+impl From<&ListenConfig> for resmux_http::acceptor::Limits {
+    fn from(c: &ListenConfig) -> Self {
+        Self {
+            max_connections: c.max_connections,
+            max_connections_per_ip: c.max_connections_per_ip,
+            limit_loopback: c.limit_loopback,
+            header_timeout: c.header_timeout,
+            idle_timeout: c.idle_timeout,
+            max_header_bytes: c.max_header_bytes,
+            http2: c.http2,
+            http2_max_concurrent_streams: c.http2_max_concurrent_streams,
+            lean_streams: c.lean_listens,
+            lean_requests: c.lean_requests,
+        }
+    }
+}

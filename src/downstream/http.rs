@@ -21,7 +21,7 @@ use super::validate::{self, Body};
 use crate::auth::Authenticator;
 use crate::config::ListenConfig;
 use crate::error::DownstreamError;
-use crate::headers::{Headers, Known};
+use crate::headers::Known;
 use crate::hub::Hub;
 use crate::jsonrpc::{Incoming, Kind};
 use crate::mcp::legacy_method;
@@ -29,16 +29,10 @@ use crate::router::{Call, Router};
 use crate::telemetry::{Metrics, Rejection};
 use crate::whole::{WholeError, whole};
 
+mod service;
+
 /// What the endpoint reads of a request before its body.
-#[derive(Clone, Copy)]
-pub(super) struct Front<'a> {
-    pub method: &'a Method,
-    /// The target's path.
-    pub path: &'a str,
-    /// The target's authority (an absolute-form target's), which stands for `Host`.
-    pub authority: Option<&'a str>,
-    pub headers: Headers<'a>,
-}
+type Front<'a> = resmux_http::Front<'a, Known>;
 
 /// The endpoint: a cheap handle shared by every connection.
 #[derive(Clone)]
@@ -113,7 +107,7 @@ impl Endpoint {
     }
 
     /// 408 with `Connection: close` for a body not in within `body_timeout` of its head.
-    pub(super) fn body_timed_out(&self) -> Resp {
+    fn body_timed_out(&self) -> Resp {
         self.0.metrics.rejection(Rejection::BodyTimeout);
         let mut resp = respond::error(None, DownstreamError::BodyTimeout { after: self.0.body_timeout }.into());
         resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
@@ -121,27 +115,27 @@ impl Endpoint {
     }
 
     /// The MCP endpoint's path.
-    pub(super) fn path(&self) -> &str {
+    fn path(&self) -> &str {
         &self.0.path
     }
 
     /// The largest request body accepted.
-    pub(super) fn max_body(&self) -> usize {
+    fn max_body(&self) -> usize {
         self.0.max_body
     }
 
     /// How long a request body may take after its head.
-    pub(super) fn body_timeout(&self) -> std::time::Duration {
+    fn body_timeout(&self) -> std::time::Duration {
         self.0.body_timeout
     }
 
     /// How long one write to a client may take: the slow-listener time.
-    pub(super) fn slow_write(&self) -> std::time::Duration {
+    fn slow_write(&self) -> std::time::Duration {
         self.0.hub.config().slow_listener_timeout
     }
 
     /// The metrics the listener counts its rejections in.
-    pub(super) fn telemetry(&self) -> &Metrics {
+    fn telemetry(&self) -> &Metrics {
         &self.0.metrics
     }
 
@@ -190,19 +184,13 @@ impl Endpoint {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let (parts, body) = req.into_parts();
-        let front = Front {
-            method: &parts.method,
-            path: parts.uri.path(),
-            authority: parts.uri.authority().map(http::uri::Authority::as_str),
-            headers: Headers::Map(&parts.headers),
-        };
-        self.serve_front(front, body, peer).await
+        self.serve_front(Front::of(&parts), body, peer).await
     }
 
     /// Serves one request whose head is `front` and whose body is `body`, from `peer`, in its
     /// own `request` span: [`Self::serve_from`] for a request hyper parsed, the lean path's
     /// own for one it read.
-    pub(super) async fn serve_front<B>(&self, front: Front<'_>, body: B, peer: Option<std::net::IpAddr>) -> Resp
+    async fn serve_front<B>(&self, front: Front<'_>, body: B, peer: Option<std::net::IpAddr>) -> Resp
     where
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,

@@ -1,15 +1,15 @@
-//! Building downstream HTTP responses: JSON-RPC answers and errors with the statuses the
-//! spec's table prescribes, plain and empty responses.
+//! Building the MCP endpoint's HTTP responses: JSON-RPC answers and errors with the statuses
+//! the spec's table prescribes (plain and empty responses, and the header maps they reuse,
+//! are `resmux_http`'s).
 
-use std::cell::RefCell;
 use std::sync::LazyLock;
 
-use bytes::Bytes;
-use http::header::CONTENT_TYPE;
-use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use futures_util::TryStreamExt;
+use http::{HeaderName, HeaderValue, StatusCode};
 
-use super::body::{Body, full, pieces, relayed};
-use super::spare::{self, Spares};
+pub use resmux_http::respond::{Resp, empty, json, plain, with_type};
+
+use super::body::{pieces, relayed};
 use super::validate::Rejected;
 use crate::error::Error;
 use crate::jsonrpc::{RequestId, Spliced, encode_error, encode_result_pieces};
@@ -19,8 +19,6 @@ use crate::router::{Answer, Payload};
 /// would be parsed again on every answer).
 pub const H_CACHE: HeaderName = HeaderName::from_static("resmux-cache");
 
-pub type Resp = Response<Body>;
-
 /// A routed answer: 200 with the result or the relayed error, and the cache headers. A
 /// cached result's stored text goes out as it is kept (no copy); a relayed one as it arrives.
 pub fn answer(id: &RequestId, answer: Answer) -> Resp {
@@ -28,7 +26,7 @@ pub fn answer(id: &RequestId, answer: Answer) -> Resp {
         Ok(Payload::Json(result)) => with_type(StatusCode::OK, pieces(encode_result_pieces(id, &result))),
         Ok(Payload::Relayed(relay)) => {
             let [head, ..] = encode_result_pieces(id, &Spliced::default());
-            with_type(StatusCode::OK, relayed(head, Box::pin(relay.into_stream())))
+            with_type(StatusCode::OK, relayed(head, Box::pin(relay.into_stream().map_err(Into::into)), CLOSE))
         }
         Err(err) => {
             let status = StatusCode::from_u16(err.downstream_status()).unwrap_or(StatusCode::OK);
@@ -42,6 +40,9 @@ pub fn answer(id: &RequestId, answer: Answer) -> Resp {
     }
     resp
 }
+
+/// What a relayed result's envelope ends with, after the result's pieces.
+const CLOSE: bytes::Bytes = bytes::Bytes::from_static(b"}");
 
 /// Ages below this many seconds come from a table made once.
 const AGES_KEPT: usize = 1024;
@@ -78,83 +79,13 @@ pub fn error(id: Option<&RequestId>, e: Error) -> Resp {
     json(status, encode_error(id, &err))
 }
 
-pub fn json(status: StatusCode, body: Bytes) -> Resp {
-    with_type(status, full(body))
-}
-
-fn with_type(status: StatusCode, body: Body) -> Resp {
-    let mut resp = Response::new(body);
-    *resp.status_mut() = status;
-    let headers = resp.headers_mut();
-    // An empty map, with room already allocated when one was given back.
-    *headers = spare::take(&SPARE);
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    resp
-}
-
-/// Header maps a thread keeps for its next answers.
-const SPARE_HEADER_MAPS: usize = 4;
-
-thread_local! {
-    /// Header maps the lean path has written. A map's first insert allocates two (its index
-    /// and its entries) and its drop frees them, on every cached hit (callgrind's caller tree
-    /// of `malloc`). hyper's path drops its maps, and then a new one is made as before.
-    static SPARE: Spares<HeaderMap> = const { RefCell::new(Vec::new()) };
-}
-
-/// Gives a written response's header map back for a next answer on this thread (at most
-/// [`SPARE_HEADER_MAPS`] are kept; a map that grew past a small answer's is dropped).
-pub fn give_back(mut headers: HeaderMap) {
-    if headers.capacity() <= 16 {
-        headers.clear();
-        spare::give(&SPARE, headers, SPARE_HEADER_MAPS);
-    }
-}
-
-pub fn plain(status: StatusCode, text: &str) -> Resp {
-    let mut resp = Response::new(full(Bytes::from(text.to_owned())));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-    resp
-}
-
-pub fn empty(status: StatusCode) -> Resp {
-    let mut resp = Response::new(full(Bytes::new()));
-    *resp.status_mut() = status;
-    resp
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cache::{Stored, splice_ttl};
     use crate::router::CacheStatus;
+    use bytes::Bytes;
     use http_body_util::BodyExt;
-
-    /// A map given back is the next answer's, emptied, with its room; at most
-    /// `SPARE_HEADER_MAPS` are kept, and a map that grew large is not.
-    #[test]
-    fn header_maps_given_back_serve_the_next_answers_emptied() {
-        let first = json(StatusCode::OK, Bytes::new()).into_parts().0.headers;
-        let room = first.capacity();
-        assert!(room > 0);
-        give_back(first);
-        let next = json(StatusCode::OK, Bytes::new()).into_parts().0.headers;
-        assert_eq!(next.len(), 1, "only its own content-type");
-        assert_eq!(next.capacity(), room, "the given-back map, not a new one");
-        let mut large = HeaderMap::new();
-        for n in 0..64 {
-            large.insert(HeaderName::from_bytes(format!("x-{n}").as_bytes()).unwrap(), HeaderValue::from_static("1"));
-        }
-        give_back(large);
-        assert!(SPARE.with_borrow(Vec::is_empty), "a large map is dropped");
-        for _ in 0..2 * SPARE_HEADER_MAPS {
-            give_back(HeaderMap::with_capacity(4));
-        }
-        assert_eq!(SPARE.with_borrow(Vec::len), SPARE_HEADER_MAPS);
-        assert!(SPARE.with_borrow(|spare| spare.iter().all(HeaderMap::is_empty)));
-        drop(next);
-    }
 
     #[test]
     fn ages_from_the_table_read_as_the_number() {

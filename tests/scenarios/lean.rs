@@ -1,4 +1,4 @@
-//! The lean path (`[listen] lean_listens` and `lean_requests`, src/downstream/lean.rs): a
+//! The lean path (`[listen] lean_listens` and `lean_requests`, crates/resmux-http/src/lean.rs): a
 //! listen, and every other small POST, on a clear-text HTTP/1.1 connection is read and written
 //! without hyper. Every answer must be the one hyper's path gives: the same statuses, headers
 //! and JSON-RPC errors for every check, the same stream, the same keep-alive and pipelining,
