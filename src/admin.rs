@@ -161,20 +161,27 @@ impl Admin {
                 (u.name().to_owned(), json!(role))
             })
             .collect();
+        let holders: serde_json::Map<String, Value> = (self.0.router.upstreams().iter().enumerate())
+            .map(|(i, u)| (u.name().to_owned(), json!(cluster.listen_holder(i).as_deref())))
+            .collect();
         let s = cluster.stats();
         let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         json!({
             "redis": if redis_up { "up" } else { "degraded" },
+            "redis_mode": if cluster.is_redis_cluster() { "cluster" } else { "standalone" },
             "replica": cluster.replica(),
             "listen_roles": roles,
+            "listen_holders": holders,
             "l2_hits": n(&s.l2_hits),
             "l2_misses": n(&s.l2_misses),
             "l2_fills": n(&s.l2_fills),
             "l2_fills_raced": n(&s.l2_fills_raced),
             "lock_waits": n(&s.lock_waits),
+            "fill_notices": n(&s.fill_notices),
             "events_published": n(&s.published),
             "events_received": n(&s.received),
             "events_dropped": n(&s.dropped),
+            "events_fenced": n(&s.fenced),
             "errors": n(&s.errors),
         })
     }
@@ -182,6 +189,7 @@ impl Admin {
     /// Per-upstream figures.
     pub fn upstreams(&self) -> Value {
         let cache = self.0.router.cache();
+        let cluster = self.0.router.cluster();
         let list: Vec<Value> = (self.0.router.upstreams().iter())
             .map(|u| {
                 let i = u.slot() as usize;
@@ -206,6 +214,8 @@ impl Admin {
                     "public_shared": u.config().public_policy().shares(),
                     "cache_policy": u.config().public_policy().describe(),
                     "max_ttl_ms": u.config().max_ttl.map(|t| t.as_millis() as u64),
+                    // With [cluster]: the replica that runs this upstream's listen for the fleet.
+                    "listen_holder": cluster.as_ref().and_then(|c| c.listen_holder(i)).as_deref(),
                 })
             })
             .collect();

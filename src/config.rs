@@ -26,7 +26,7 @@ pub use load::{ConfigError, ConfigErrors, load, load_without_secrets, parse};
 pub use proxy::{LogConfig, LogFormat, ProxyConfig, TelemetryConfig};
 pub use reload::ReloadConfig;
 pub use resmux_cache::CacheConfig;
-pub use resmux_cluster::ClusterConfig;
+pub use resmux_cluster::{ClusterConfig, RedisTarget};
 pub use upstream::{
     CacheScopeDefault, ClientAuth, Credential, DEFAULT_MAX_CACHED_TOKENS, OAuthClient, OnError, ProxyRequests,
     PublicPolicy, SecretError, SecretSource, Transport, TrustPublic, UpstreamConfig,

@@ -34,5 +34,50 @@ pub fn metrics_text(router: &Router, hub: &Hub) -> String {
             })
             .collect(),
     };
-    router.metrics().render(&snapshot)
+    let mut text = router.metrics().render(&snapshot);
+    if let Some(cluster) = router.cluster() {
+        let names: Vec<&str> = upstreams.iter().map(|u| u.name()).collect();
+        cluster_metrics(&mut text, &cluster, &names);
+    }
+    text
+}
+
+/// The cluster tier's gauges and counters: whether Redis answers (a lost Redis, or a lost
+/// Redis Cluster master until its replica is promoted, shows as 0), which listens this
+/// replica holds, and the shared tier's and bus's counters.
+fn cluster_metrics(out: &mut String, cluster: &crate::cluster::Cluster, upstreams: &[&str]) {
+    use std::fmt::Write;
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut put = |name: &str, kind: &str, help: &str, lines: &[(String, u64)]| {
+        let _ = writeln!(out, "# HELP resmux_cluster_{name} {help}\n# TYPE resmux_cluster_{name} {kind}");
+        for (labels, v) in lines {
+            let _ = writeln!(out, "resmux_cluster_{name}{labels} {v}");
+        }
+    };
+    put("redis_up", "gauge", "Whether Redis answers for every upstream.", &[(String::new(), cluster.healthy() as u64)]);
+    let held: Vec<(String, u64)> = (upstreams.iter().enumerate())
+        .map(|(i, u)| {
+            let holds = matches!(*cluster.role(i).borrow(), crate::cluster::Role::Holder(_));
+            (format!("{{upstream=\"{u}\"}}"), holds as u64)
+        })
+        .collect();
+    put("listen_held", "gauge", "Whether this replica holds the upstream's listen for the fleet.", &held);
+    let s = cluster.stats();
+    for (name, help, counter) in [
+        ("errors_total", "Redis calls that failed or timed out.", &s.errors),
+        ("l2_hits_total", "Misses answered from the shared tier.", &s.l2_hits),
+        ("l2_misses_total", "Misses the shared tier could not answer.", &s.l2_misses),
+        ("l2_fills_total", "Values written to the shared tier.", &s.l2_fills),
+        ("l2_fills_raced_total", "Fills refused because a change raced them.", &s.l2_fills_raced),
+        ("lock_waits_total", "Misses that waited for another replica's fill.", &s.lock_waits),
+        ("fill_notices_total", "Waits woken by a fill's notice.", &s.fill_notices),
+        ("events_published_total", "Bus events published.", &s.published),
+        ("events_received_total", "Bus messages received.", &s.received),
+        ("events_dropped_total", "Bus events dropped (outbox full or Redis down).", &s.dropped),
+        ("events_fenced_total", "Bus events of a deposed listen holder, dropped.", &s.fenced),
+        ("leases_acquired_total", "Upstream listen leases taken.", &s.lease_acquired),
+        ("leases_lost_total", "Upstream listen leases lost or handed over.", &s.lease_lost),
+    ] {
+        put(name, "counter", help, &[(String::new(), counter.load(Relaxed))]);
+    }
 }

@@ -1,7 +1,7 @@
 //! A flight leader's miss with the cluster tier: the shared value if another replica fetched
 //! it; otherwise the fill lock, so that replicas missing together make one upstream request
-//! (the others wait for the value, within `lock_wait`, and fetch for themselves when the
-//! holder gave up or died); the fill written through unless an epoch moved meanwhile.
+//! (the others wait for the value, woken by the fill's notice, within `lock_wait`, and fetch
+//! for themselves when the holder gave up or died); the fill written through unless an epoch moved meanwhile.
 //! Whenever Redis fails the request simply goes on alone.
 
 use std::time::Duration;
@@ -23,9 +23,10 @@ pub(super) enum FromShared {
     Fetched { fetched: Fetched, store: bool },
 }
 
-/// First and longest pause between probes while another replica fills.
-const POLL_FIRST: Duration = Duration::from_millis(2);
-const POLL_MAX: Duration = Duration::from_millis(25);
+/// First and longest pause between probes while another replica fills, should its notice be
+/// lost (the fill's notice wakes the waiter before that; see the cluster's `fillwait`).
+const POLL_FIRST: Duration = Duration::from_millis(20);
+const POLL_MAX: Duration = Duration::from_millis(200);
 
 impl Routing {
     /// See the module comment. `ttl_of` gives the TTL a fetched answer is stored for.
@@ -46,7 +47,7 @@ impl Routing {
         let shared = cluster.shared_key(key, uri, principal);
         let deadline = Instant::now() + cluster.config().lock_wait;
         let mut pause = POLL_FIRST;
-        let mut waited = false;
+        let mut waiting = None;
         loop {
             let Ok(probe) = cluster.probe(&shared).await else { return alone().await };
             if let Some(value) = probe.fresh {
@@ -71,12 +72,21 @@ impl Routing {
                 tracing::debug!("another replica's fill took longer than lock_wait; fetching here");
                 return alone().await;
             }
-            if !waited {
+            let Some(wait) = &waiting else {
                 cluster.note_lock_wait();
-                waited = true;
+                match cluster.wait_for_fill(&shared).await {
+                    // Probed again at once: a fill done before the mark sent no notice.
+                    Ok(wait) => waiting = Some(wait),
+                    Err(_) => return alone().await,
+                }
+                continue;
+            };
+            tokio::select! {
+                _ = wait.notified() => {}
+                _ = sleep(pause.min(deadline.saturating_duration_since(Instant::now()))) => {
+                    pause = (pause * 2).min(POLL_MAX);
+                }
             }
-            sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
-            pause = (pause * 2).min(POLL_MAX);
         }
     }
 

@@ -6,14 +6,13 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::time::Duration;
 
-use futures_util::future::join_all;
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
+use crate::cluster_fleet::*;
 use crate::support::*;
-use resmux::config::{Config, SecretSource, UpstreamConfig};
+use resmux::config::Config;
 use resmux::sample::{SampleHttp, SampleSpec};
 
 /// A `redis-server` of this test's own, on a loopback port.
@@ -91,48 +90,12 @@ impl Redis {
     }
 }
 
-pub(crate) const SECRET: &str = "cluster-test-shared-secret-0123456789";
-
 pub(crate) fn replica_config(up: &SampleHttp, redis: &Redis) -> Config {
-    let mut c = config(vec![UpstreamConfig::http("docs", &up.url())]);
-    c.cluster.redis_url = Some(redis.url());
-    c.cluster.lease_ttl = Duration::from_millis(900);
-    c.proxy.cursor_secret = Some(SecretSource { value: Some(SECRET.into()), ..Default::default() });
-    c.hub.linger = Duration::from_millis(50);
-    c
+    fleet_config(&[up], Shared::One(redis))
 }
 
 async fn replicas(up: &SampleHttp, redis: &Redis, n: usize) -> Vec<Proxy> {
-    let mut out = Vec::new();
-    for _ in 0..n {
-        out.push(Proxy::start(replica_config(up, redis)).await);
-    }
-    for p in &out {
-        discovered(&p.client).await;
-    }
-    out
-}
-
-fn read(uri: &str) -> Value {
-    json!({ "uri": uri })
-}
-
-/// The replica's `/readyz` view of the cluster.
-fn cluster_state(p: &Proxy) -> Value {
-    p.app.admin().readiness().1["cluster"].clone()
-}
-
-/// Waits until exactly one replica holds the `docs` listen lease, and returns its index.
-async fn holder(ps: &[&Proxy]) -> usize {
-    eventually("one replica holds the docs lease", || {
-        let roles: Vec<String> =
-            ps.iter().map(|p| cluster_state(p)["listen_roles"]["docs"].as_str().unwrap_or("").to_owned()).collect();
-        async move {
-            let holders: Vec<usize> = (0..roles.len()).filter(|i| roles[*i] == "holder").collect();
-            (holders.len() == 1 && roles.iter().all(|r| r == "holder" || r == "follower")).then(|| holders[0])
-        }
-    })
-    .await
+    fleet(&[up], Shared::One(redis), n).await
 }
 
 #[tokio::test]
@@ -158,30 +121,7 @@ async fn a_read_through_one_replica_makes_another_hit() {
 #[tokio::test]
 async fn replicas_stampeding_on_one_key_make_one_upstream_request() {
     let redis = Redis::start().await;
-    let mut spec = SampleSpec::generated("docs", 5);
-    spec.delay = Duration::from_millis(300);
-    let up = sample_http(spec).await;
-    let ps = replicas(&up, &redis, 3).await;
-    // Settled: the lease holder has opened its listen (taking the lease announces a resync,
-    // which would rightly refuse a fill that raced it).
-    holder(&ps.iter().collect::<Vec<_>>()).await;
-    eventually("the holder listens upstream", || {
-        let n = up.sample.listens_open();
-        async move { (n == 1).then_some(()) }
-    })
-    .await;
-    let before = up.sample.count("resources/read");
-    let calls = ps.iter().flat_map(|p| {
-        (0..8).map(|_| {
-            let c = p.client.clone();
-            async move { c.request("resources/read", read("docs://item/3")).await }
-        })
-    });
-    let answers = join_all(calls).await;
-    assert!(answers.iter().all(|a| a.status == 200 && a.result()["contents"].is_array()));
-    assert_eq!(up.sample.count("resources/read") - before, 1, "24 callers on 3 replicas, one upstream request");
-    let waits: u64 = ps.iter().map(|p| cluster_state(p)["lock_waits"].as_u64().unwrap()).sum();
-    assert!(waits >= 1, "the other replicas waited for the fill");
+    a_stampede_makes_one_upstream_request(Shared::One(&redis)).await;
 }
 
 #[tokio::test]
@@ -189,7 +129,7 @@ async fn an_update_seen_by_the_holder_evicts_and_reaches_listeners_on_every_repl
     let redis = Redis::start().await;
     let up = sample_http(SampleSpec::generated("docs", 5)).await;
     let ps = replicas(&up, &redis, 3).await;
-    holder(&ps.iter().collect::<Vec<_>>()).await;
+    holder(&ps.iter().collect::<Vec<_>>(), "docs").await;
     let status = up.sample.status_uri().to_owned();
     let mut listens = Vec::new();
     let mut before = Vec::new();
@@ -206,21 +146,9 @@ async fn an_update_seen_by_the_holder_evicts_and_reaches_listeners_on_every_repl
     assert_eq!(up.sample.listens_open(), 1);
     let reads = up.sample.count("resources/read");
     up.sample.bump();
-    for l in &mut listens {
-        let n = l.next_method("notifications/resources/updated").await;
-        assert_eq!(n["params"]["uri"], status);
-    }
-    // Every replica noted the change before its listener heard of it. A replica takes a
-    // shared value only if its fetch began in a later millisecond than the change it knows
-    // of (one that began in the same millisecond may have begun before the change), so the
-    // refetch below must start in a later millisecond; on a fast machine all of this fits in
-    // one.
-    let noted = resmux::cluster::now_ms();
-    eventually("the clock is past the millisecond of the change", || {
-        let later = resmux::cluster::now_ms() > noted;
-        async move { later.then_some(()) }
-    })
-    .await;
+    each_hears(&mut listens, "notifications/resources/updated", &status).await;
+    // Every replica noted the change before its listener heard of it.
+    past_this_millisecond().await;
     // No replica serves the old content: the first to read refetches, the others take that
     // fill from Redis.
     for (i, p) in ps.iter().enumerate() {
@@ -231,80 +159,10 @@ async fn an_update_seen_by_the_holder_evicts_and_reaches_listeners_on_every_repl
     assert_eq!(up.sample.count("resources/read") - reads, 1);
 }
 
-/// A replica in its own process, so that it can be SIGKILLed.
-struct ProcessReplica;
-
-impl ProcessReplica {
-    async fn start(up: &SampleHttp, redis: &Redis) -> ServeProcess {
-        let text = format!(
-            r#"
-[listen]
-addr = "127.0.0.1:0"
-[log]
-format = "json"
-level = "info"
-[proxy]
-cursor_secret = {{ value = "{SECRET}" }}
-[hub]
-linger = "50ms"
-[cluster]
-redis_url = "{}"
-lease_ttl = "900ms"
-[[upstream]]
-name = "docs"
-url = "{}"
-"#,
-            redis.url(),
-            up.url()
-        );
-        ServeProcess::start(&text).await
-    }
-}
-
 #[tokio::test]
 async fn the_listen_lease_fails_over_when_its_holder_is_killed() {
     let redis = Redis::start().await;
-    let up = sample_http(SampleSpec::generated("docs", 5)).await;
-    // The first replica, alone, takes the lease.
-    let mut first = ProcessReplica::start(&up, &redis).await;
-    let first_client = McpClient::new(&format!("http://{}/mcp", first.addr));
-    discovered(&first_client).await;
-    let b = Proxy::start(replica_config(&up, &redis)).await;
-    discovered(&b.client).await;
-    eventually("the process replica holds the lease", || {
-        let role = cluster_state(&b)["listen_roles"]["docs"].clone();
-        async move { (role == "follower").then_some(()) }
-    })
-    .await;
-    let mut listen = b.client.listen(json!("L"), json!({"resourceSubscriptions": ["docs://item/2"]})).await.unwrap();
-    assert_eq!(listen.next().await["method"], "notifications/subscriptions/acknowledged");
-    upstream_subscribed(&up, &["docs://item/2"]).await;
-    let opened_before = up.sample.listens_total();
-
-    first.child.start_kill().unwrap(); // SIGKILL: no release, the lease must expire
-    first.child.wait().await.unwrap();
-    let killed = tokio::time::Instant::now();
-    // B takes the lease, re-opens the one upstream listen, and resyncs its listener.
-    let resync = listen.next_method("notifications/resources/updated").await;
-    assert_eq!(resync["params"]["uri"], "docs://item/2");
-    let took = killed.elapsed();
-    eprintln!("failover: listener resynced {took:?} after the holder's SIGKILL (lease_ttl 900 ms)");
-    assert_eq!(cluster_state(&b)["listen_roles"]["docs"], "holder");
-    // Well within a few lease periods (the lease is 900 ms).
-    assert!(took < Duration::from_secs(5), "failover took {took:?}");
-    // A new upstream listen for the listener's URI (the killed replica's may linger on the
-    // upstream until its next write finds the connection gone).
-    eventually("the new holder listens upstream", || {
-        let (total, active) = (up.sample.listens_total(), up.sample.active_subscriptions());
-        async move {
-            (total > opened_before && active.iter().any(|uris| uris == &["docs://item/2".to_owned()])).then_some(())
-        }
-    })
-    .await;
-    // And changes flow through the new holder.
-    up.sample.touch("docs://item/2");
-    let n = listen.next_method("notifications/resources/updated").await;
-    assert_eq!(n["params"]["uri"], "docs://item/2");
+    a_killed_replicas_listens_move_within_the_lease(Shared::One(&redis)).await;
 }
 
 /// Initializes a legacy session on `p`; returns its id.
@@ -401,7 +259,7 @@ async fn replicas_keep_serving_without_redis_and_share_again_when_it_is_back() {
         .await;
     }
     // One lease holder again, no split brain.
-    holder(&ps.iter().collect::<Vec<_>>()).await;
+    holder(&ps.iter().collect::<Vec<_>>(), "docs").await;
     // Sharing resumes.
     let before = up.sample.count("resources/read");
     assert_eq!(ps[0].client.request("resources/read", read("docs://item/5")).await.cache(), "miss");
@@ -435,25 +293,7 @@ async fn readiness_can_fail_while_redis_is_down() {
 #[tokio::test]
 async fn private_entries_never_reach_another_principal_through_redis() {
     let redis = Redis::start().await;
-    let mut spec = SampleSpec::generated("docs", 5);
-    spec.public = false;
-    let up = sample_http(spec).await;
-    let mut ps = Vec::new();
-    for _ in 0..2 {
-        let mut c = replica_config(&up, &redis);
-        api_keys(&mut c, &["alice-7f3a", "bob-91c2"]);
-        ps.push(Proxy::start(c).await);
-    }
-    let (alice_a, alice_b) = (ps[0].client.as_principal("alice-7f3a"), ps[1].client.as_principal("alice-7f3a"));
-    let bob_b = ps[1].client.as_principal("bob-91c2");
-    let first = alice_a.request("resources/read", read("docs://item/1")).await;
-    assert_eq!(first.cache(), "miss");
-    assert_eq!(first.result()["cacheScope"], "private");
-    // Bob, on the replica that never saw the read, does not get Alice's entry.
-    assert_eq!(bob_b.request("resources/read", read("docs://item/1")).await.cache(), "miss");
-    // Alice, on that replica, does.
-    assert_eq!(alice_b.request("resources/read", read("docs://item/1")).await.cache(), "hit");
-    assert_eq!(up.sample.count("resources/read"), 2);
+    private_entries_stay_with_their_principal(Shared::One(&redis)).await;
     // No Redis key names a principal: private partitions are keyed hashes.
     let dump = redis.dump().await;
     assert!(dump.iter().any(|(k, _)| k.contains(":v:")), "the entries are in Redis: {dump:?}");

@@ -166,7 +166,7 @@ async fn a_replica_that_adopts_a_list_page_from_the_shared_tier_routes_its_https
         let mut c =
             config(vec![UpstreamConfig::http("docs", &docs.url()), UpstreamConfig::http("notes", &notes.url())]);
         c.cluster.redis_url = Some(redis.url());
-        let secret = crate::cluster::SECRET.into();
+        let secret = crate::cluster_fleet::SECRET.into();
         c.proxy.cursor_secret = Some(resmux::config::SecretSource { value: Some(secret), ..Default::default() });
         Proxy::start(c)
     };

@@ -1,4 +1,7 @@
-//! The cluster bus: one Redis pub/sub channel (`<prefix>bus`) between replicas.
+//! The cluster bus between replicas: a pub/sub channel per upstream (`<tag>:bus`, in the
+//! upstream's hash-tag slot, so that a Redis Cluster shards it with the upstream's keys and an
+//! event is published in the same pipeline as the epoch it bumps), and a few channels for
+//! legacy sessions ended anywhere.
 //!
 //! A change an upstream listen saw is published with the holder's fencing token after the
 //! epoch it invalidates was bumped in Redis (in one pipeline, in that order), so a replica that
@@ -9,7 +12,6 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -71,8 +73,20 @@ pub(super) fn invalidated(kind: Capability) -> impl Iterator<Item = CachedMethod
 }
 
 impl Cluster {
-    pub(super) fn channel(&self) -> String {
-        format!("{}bus", self.0.config.prefix)
+    /// The bus channel of upstream `index`.
+    pub(super) fn channel(&self, index: usize) -> String {
+        format!("{}:bus", self.tag(index))
+    }
+
+    /// Every channel a replica listens on: each upstream's, then the session shards'.
+    pub(super) fn channels(&self) -> Vec<String> {
+        let upstreams = (0..self.0.upstreams.len()).map(|i| self.channel(i));
+        upstreams.chain((0..super::sessions::SHARDS).map(|s| self.session_channel(s))).collect()
+    }
+
+    /// The command that publishes on a bus channel (`SPUBLISH` on a Redis Cluster).
+    pub(super) fn publish_command(&self) -> &'static str {
+        self.0.backend.publish_command()
     }
 
     /// Queues `event` about upstream `index` for the other replicas. Never waits: past
@@ -108,9 +122,34 @@ impl Cluster {
         msg.to_string()
     }
 
+    /// Hands a bus message to the hub (or, for a session ended elsewhere, to the session
+    /// table); `false` once the hub is gone.
+    pub(super) async fn deliver(&self, payload: &[u8]) -> bool {
+        self.0.stats.received.fetch_add(1, Ordering::Relaxed);
+        match self.decode(payload) {
+            Some(Inbound::SessionEnded(name)) => {
+                let _ = self.0.ended_sessions.send(name.into());
+                true
+            }
+            Some(inbound) => self.0.inbox.send(inbound).await.is_ok(),
+            None => true,
+        }
+    }
+
+    /// Tells the hub that events may have been missed; `false` once the hub is gone.
+    pub(super) async fn gap(&self) -> bool {
+        self.0.inbox.send(Inbound::Gap).await.is_ok()
+    }
+
     /// Reads a bus message; `None` for our own, malformed or fenced-off ones.
     fn decode(&self, payload: &[u8]) -> Option<Inbound> {
         let v: Value = serde_json::from_slice(payload).ok()?;
+        if v["k"] == "filled" {
+            // Waiters are on other replicas, but two flights of one replica (different
+            // callers) may wait on one lock too.
+            self.wake_fill_waiters(v["l"].as_str()?);
+            return None;
+        }
         if v["r"].as_str()? == &*self.0.replica {
             return None;
         }
@@ -119,6 +158,10 @@ impl Cluster {
         }
         let name = v["u"].as_str()?;
         let upstream = self.0.upstreams.iter().position(|u| &**u == name)?;
+        if v["k"] == "claim" {
+            self.claimed(upstream);
+            return None;
+        }
         let event = match v["k"].as_str()? {
             "updated" => Event::Change(Change::Updated(v["uri"].as_str()?.to_owned())),
             "list" => Event::Change(Change::ListChanged(list_of(v["list"].as_str()?)?)),
@@ -133,6 +176,7 @@ impl Cluster {
         let fence = v["f"].as_u64()?;
         let seen = &self.0.fence[upstream];
         if fence < seen.fetch_max(fence, Ordering::AcqRel) {
+            self.0.stats.fenced.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(upstream = name, fence, "dropping an event of a deposed listen holder");
             return None;
         }
@@ -160,7 +204,7 @@ impl Cluster {
             // A purge bumps its epochs itself, before it is announced (see `purge.rs`).
             Event::Active(_) | Event::Interest | Event::Purge(_) => {}
         }
-        p.cmd("PUBLISH").arg(self.channel()).arg(self.encode(out)).ignore();
+        p.cmd(self.publish_command()).arg(self.channel(out.upstream)).arg(self.encode(out)).ignore();
         p
     }
 }
@@ -176,61 +220,5 @@ pub(super) async fn publisher(cluster: Cluster, mut outbox: mpsc::Receiver<Outgo
             Ok(()) => cluster.0.stats.published.fetch_add(1, Ordering::Relaxed),
             Err(_) => cluster.0.stats.dropped.fetch_add(1, Ordering::Relaxed),
         };
-    }
-}
-
-/// Subscribes to the bus and hands events to the hub, reconnecting after a loss (and telling
-/// the hub that events may have been missed).
-pub(super) async fn subscriber(cluster: Cluster, cancel: CancellationToken) {
-    let channel = cluster.channel();
-    let mut connected_before = false;
-    loop {
-        let connect = async {
-            let mut pubsub = cluster.0.client.get_async_pubsub().await?;
-            pubsub.subscribe(&channel).await?;
-            Ok::<_, redis::RedisError>(pubsub)
-        };
-        let deadline = cluster.0.config.op_timeout.max(Duration::from_millis(500));
-        let pubsub = tokio::select! {
-            _ = cancel.cancelled() => return,
-            r = tokio::time::timeout(deadline, connect) => r,
-        };
-        match pubsub {
-            Ok(Ok(pubsub)) => {
-                if connected_before && cluster.0.inbox.send(Inbound::Gap).await.is_err() {
-                    return;
-                }
-                connected_before = true;
-                tracing::debug!(%channel, "cluster bus subscribed");
-                let mut messages = pubsub.into_on_message();
-                loop {
-                    let msg = tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        msg = messages.next() => msg,
-                    };
-                    let Some(msg) = msg else { break };
-                    cluster.0.stats.received.fetch_add(1, Ordering::Relaxed);
-                    match cluster.decode(msg.get_payload_bytes()) {
-                        Some(Inbound::SessionEnded(name)) => {
-                            let _ = cluster.0.ended_sessions.send(name.into());
-                        }
-                        Some(inbound) => {
-                            let delivered = cluster.0.inbox.send(inbound).await;
-                            if delivered.is_err() {
-                                return;
-                            }
-                        }
-                        None => {}
-                    }
-                }
-                tracing::warn!(%channel, "cluster bus connection lost; reconnecting");
-            }
-            Ok(Err(e)) => tracing::debug!(error = %e, "cluster bus: cannot subscribe"),
-            Err(_) => tracing::debug!("cluster bus: subscribe timed out"),
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
-        }
     }
 }

@@ -15,6 +15,10 @@ pub struct ClusterConfig {
     pub redis_url: Option<String>,
     /// The Redis URL from a secret instead (it may carry a password).
     pub redis_url_secret: Option<SecretSource>,
+    /// Seed nodes of a Redis Cluster (`redis://host:port`, or `rediss://` for TLS), instead
+    /// of `redis_url`: the client learns the rest of the cluster from them, follows `MOVED`
+    /// and `ASK`, and uses sharded pub/sub. Every node must use the same scheme.
+    pub redis_nodes: Vec<String>,
     /// Key of the keyed hashes that name private partitions in Redis (never a raw identity).
     /// Every replica must share it; when absent, `proxy.cursor_secret` is used.
     pub key_secret: Option<SecretSource>,
@@ -57,6 +61,7 @@ impl Default for ClusterConfig {
         Self {
             redis_url: None,
             redis_url_secret: None,
+            redis_nodes: Vec::new(),
             key_secret: None,
             prefix: "resmux:".into(),
             op_timeout: Duration::from_millis(100),
@@ -74,7 +79,7 @@ impl Default for ClusterConfig {
 impl ClusterConfig {
     /// Whether a cluster is configured.
     pub fn enabled(&self) -> bool {
-        self.redis_url.is_some() || self.redis_url_secret.is_some()
+        self.redis_url.is_some() || self.redis_url_secret.is_some() || !self.redis_nodes.is_empty()
     }
 
     /// The rule violations of this section, as `(key path, message)`.
@@ -86,6 +91,25 @@ impl ClusterConfig {
         }
         if self.redis_url.is_some() && self.redis_url_secret.is_some() {
             err("redis_url", "set `redis_url` or `redis_url_secret`, not both");
+        }
+        let standalone = self.redis_url.is_some() || self.redis_url_secret.is_some();
+        if standalone && !self.redis_nodes.is_empty() {
+            err(
+                "redis_nodes",
+                "set exactly one of `redis_url` (one Redis) and `redis_nodes` (the seed nodes of a Redis Cluster)",
+            );
+        }
+        for node in &self.redis_nodes {
+            if !(node.starts_with("redis://") || node.starts_with("rediss://")) {
+                err("redis_nodes", &format!("`{node}` must start with redis:// or rediss://"));
+            } else if redis::IntoConnectionInfo::into_connection_info(node.as_str()).is_err() {
+                err("redis_nodes", &format!("`{node}` is not a valid Redis URL"));
+            }
+        }
+        if let Some(first) = self.redis_nodes.first()
+            && self.redis_nodes.iter().any(|n| n.starts_with("rediss://") != first.starts_with("rediss://"))
+        {
+            err("redis_nodes", "every node must use the same scheme (all redis:// or all rediss://)");
         }
         if let Some(url) = &self.redis_url
             && !(url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("unix://"))
@@ -121,12 +145,62 @@ impl ClusterConfig {
         out
     }
 
-    /// The Redis URL, read from its secret when given that way.
-    pub fn url(&self) -> Result<Option<String>, resmux_proto::secret::SecretError> {
+    /// Where Redis is: the URL (read from its secret when given that way) or the cluster's
+    /// seed nodes.
+    pub fn target(&self) -> Result<Option<RedisTarget>, resmux_proto::secret::SecretError> {
         match (&self.redis_url, &self.redis_url_secret) {
-            (Some(url), _) => Ok(Some(url.clone())),
-            (None, Some(secret)) => secret.resolve().map(Some),
-            (None, None) => Ok(None),
+            (Some(url), _) => Ok(Some(RedisTarget::Standalone(url.clone()))),
+            (None, Some(secret)) => secret.resolve().map(|url| Some(RedisTarget::Standalone(url))),
+            (None, None) if self.redis_nodes.is_empty() => Ok(None),
+            (None, None) => Ok(Some(RedisTarget::Cluster(self.redis_nodes.clone()))),
         }
+    }
+}
+
+/// The Redis a cluster of replicas shares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One Redis (`redis_url`).
+    Standalone(String),
+    /// A Redis Cluster, by its seed nodes (`redis_nodes`).
+    Cluster(Vec<String>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(edit: impl FnOnce(&mut ClusterConfig)) -> Vec<(String, String)> {
+        let mut c = ClusterConfig::default();
+        edit(&mut c);
+        c.problems(true)
+    }
+
+    #[test]
+    fn exactly_one_of_redis_url_and_redis_nodes() {
+        let nodes = || vec!["redis://10.0.0.1:7000".to_owned(), "redis://10.0.0.2:7000".to_owned()];
+        assert!(problems(|c| c.redis_url = Some("redis://127.0.0.1:6379".into())).is_empty());
+        assert!(problems(|c| c.redis_nodes = nodes()).is_empty());
+        let both = problems(|c| {
+            c.redis_url = Some("redis://127.0.0.1:6379".into());
+            c.redis_nodes = nodes();
+        });
+        assert_eq!(both.len(), 1, "{both:?}");
+        assert_eq!(both[0].0, "cluster.redis_nodes");
+        assert!(both[0].1.contains("exactly one of `redis_url`"), "{both:?}");
+    }
+
+    #[test]
+    fn cluster_nodes_are_redis_urls_of_one_scheme() {
+        let tls = problems(|c| c.redis_nodes = vec!["rediss://a:7000".into(), "rediss://b:7000".into()]);
+        assert!(tls.is_empty(), "{tls:?}");
+        let mixed = problems(|c| c.redis_nodes = vec!["rediss://a:7000".into(), "redis://b:7000".into()]);
+        assert!(mixed.iter().any(|(_, m)| m.contains("same scheme")), "{mixed:?}");
+        let unix = problems(|c| c.redis_nodes = vec!["unix:///run/redis.sock".into()]);
+        assert!(unix.iter().any(|(_, m)| m.contains("must start with redis://")), "{unix:?}");
+        let bad = problems(|c| c.redis_nodes = vec!["redis://a:notaport".into()]);
+        assert!(bad.iter().any(|(_, m)| m.contains("not a valid Redis URL")), "{bad:?}");
+        let target = ClusterConfig { redis_nodes: vec!["redis://a:7000".into()], ..Default::default() };
+        assert_eq!(target.target().unwrap(), Some(RedisTarget::Cluster(vec!["redis://a:7000".into()])));
     }
 }

@@ -18,6 +18,20 @@ pub struct SharedKey {
     scope_epoch: String,
     stream_epoch: String,
     lock: String,
+    /// Marks that another replica waits for the fill (see `fillwait.rs`).
+    wait: String,
+    /// The upstream's bus channel, on which the fill's notice goes.
+    channel: String,
+}
+
+impl SharedKey {
+    pub(super) fn lock_name(&self) -> &str {
+        &self.lock
+    }
+
+    pub(super) fn wait_name(&self) -> &str {
+        &self.wait
+    }
 }
 
 /// What a probe found.
@@ -63,8 +77,9 @@ local v = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 return {v[1] or false, v[2] or false, v[3] or '0', v[4] or '0', redis.call('EXISTS', KEYS[5])}
 "#;
 
-// KEYS: value, scope epoch, stream epoch, lock. ARGV: payload, px, scope epoch, stream epoch,
-// lock token. Stores only if neither epoch moved; releases the lock if it is still ours.
+// KEYS: value, scope epoch, stream epoch, lock, wait mark. ARGV: payload, px, scope epoch,
+// stream epoch, lock token, publish command, channel, notice. Stores only if neither epoch
+// moved; releases the lock if it is still ours; wakes the waiters if any marked the key.
 const FILL_LUA: &str = r#"
 local s = redis.call('GET', KEYS[2]) or '0'
 local t = redis.call('GET', KEYS[3]) or '0'
@@ -74,19 +89,29 @@ if s == ARGV[3] and t == ARGV[4] then
   stored = 1
 end
 if redis.call('GET', KEYS[4]) == ARGV[5] then redis.call('DEL', KEYS[4]) end
+if redis.call('DEL', KEYS[5]) == 1 then redis.call(ARGV[6], ARGV[7], ARGV[8]) end
 return stored
 "#;
 
-// KEYS: lock. ARGV: token, px (0 = release).
+// KEYS: lock. ARGV: token, px.
 const EXTEND_LUA: &str = r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if ARGV[2] == '0' then redis.call('DEL', KEYS[1]) else redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"#;
+
+// KEYS: lock, wait mark. ARGV: token, publish command, channel, notice. Releases the lock if
+// it is still ours, and wakes the waiters (they take the lock and fetch themselves).
+const UNLOCK_LUA: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+if redis.call('DEL', KEYS[2]) == 1 then redis.call(ARGV[2], ARGV[3], ARGV[4]) end
 return 1
 "#;
 
 static PROBE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(PROBE_LUA));
 static FILL: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(FILL_LUA));
 static EXTEND: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(EXTEND_LUA));
+static UNLOCK: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(UNLOCK_LUA));
 
 impl Cluster {
     /// The Redis names for `key` (both partitions are probed), for a caller `owner`, reading
@@ -101,6 +126,8 @@ impl Cluster {
             scope_epoch: format!("{tag}:{}", scope_suffix(self, key.method, uri)),
             stream_epoch: format!("{tag}:e:s"),
             lock: format!("{tag}:lock:{base}"),
+            wait: format!("{tag}:wait:{base}"),
+            channel: self.channel(key.upstream as usize),
         }
     }
 
@@ -150,7 +177,10 @@ impl Cluster {
 
     /// Releases the fill lock without filling (the fetch failed or was not cacheable).
     pub async fn unlock(&self, key: &SharedKey, token: &str) -> Result<(), ClusterError> {
-        let _: u8 = self.eval("unlock", &EXTEND, &[&key.lock], &[token.as_bytes(), b"0"]).await?;
+        let notice = self.filled_notice(key);
+        let args: [&[u8]; 4] =
+            [token.as_bytes(), self.publish_command().as_bytes(), key.channel.as_bytes(), notice.as_bytes()];
+        let _: u8 = self.eval("unlock", &UNLOCK, &[&key.lock, &key.wait], &args).await?;
         Ok(())
     }
 
@@ -165,10 +195,20 @@ impl Cluster {
             return Ok(px > 0);
         }
         let target = if value.public { &key.public } else { &key.private };
-        let keys = [&**target, &*key.scope_epoch, &*key.stream_epoch, &*key.lock];
+        let keys = [&**target, &*key.scope_epoch, &*key.stream_epoch, &*key.lock, &*key.wait];
         let (px, scope, stream) = (px.to_string(), value.epochs.0.to_string(), value.epochs.1.to_string());
-        let payload = value.encode();
-        let args: [&[u8]; 5] = [&payload, px.as_bytes(), scope.as_bytes(), stream.as_bytes(), token.as_bytes()];
+        let (payload, notice) = (value.encode(), self.filled_notice(key));
+        let publish = self.publish_command().as_bytes();
+        let args: [&[u8]; 8] = [
+            &payload,
+            px.as_bytes(),
+            scope.as_bytes(),
+            stream.as_bytes(),
+            token.as_bytes(),
+            publish,
+            key.channel.as_bytes(),
+            notice.as_bytes(),
+        ];
         let stored: u8 = self.eval("fill", &FILL, &keys, &args).await?;
         let stats = &self.0.stats;
         match stored {

@@ -2,15 +2,24 @@
 //! `replica:token`, the token from `<tag>:fence`, which only grows) and runs the upstream
 //! listen for the union of every live replica's interest.
 //!
+//! Which replica holds an upstream's lease is spread by rendezvous hashing over the live
+//! replicas (those whose heartbeat in `<prefix>replicas` is younger than a lease): only the
+//! preferred replica takes a free lease, a holder that is no longer preferred (a replica that
+//! outranks it joined) releases it for the preferred one, and any replica takes a lease that
+//! stayed free for two rounds (a preferred replica that beats but cannot take it). A preferred
+//! replica that finds its lease held claims it on the upstream's bus channel: the holder runs
+//! its round at once and hands it over, and the claimer tries again shortly, so a join moves a
+//! listen in tens of milliseconds rather than a lease period.
+//!
 //! The key expires after two thirds of `lease_ttl` and its holder renews it every quarter, so
-//! a holder that died is replaced within `lease_ttl`. Redis unreachable: every replica goes
-//! solo (its own listen). Redis back: the solo replicas race for the lease in one script each,
-//! one wins, and the others become followers again; the fence lets followers drop late events
-//! of a deposed holder.
+//! a holder that died is replaced within `lease_ttl` (its heartbeat ages out with its lease).
+//! Redis unreachable: every replica goes solo (its own listen). Redis back: the leases go to
+//! their preferred replicas again, the others become followers; the fence lets followers drop
+//! late events of a deposed holder.
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -38,21 +47,51 @@ impl Role {
     }
 }
 
-// KEYS: lease, fence. ARGV: replica, px. Returns the new token, or 0 if another holds it.
+// KEYS: lease, fence. ARGV: replica, px. Returns {token, lease value}: the token 0 if another
+// holds it.
 const ACQUIRE_LUA: &str = r#"
 local cur = redis.call('GET', KEYS[1])
 if cur then
   local sep = string.find(cur, ':', 1, true)
   if sep and string.sub(cur, 1, sep - 1) == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return tonumber(string.sub(cur, sep + 1))
+    return {tonumber(string.sub(cur, sep + 1)), cur}
   end
-  return 0
+  return {0, cur}
 end
-local token = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. token, 'PX', ARGV[2])
-return token
+-- The token grows past the last one, and past the server's clock in ms: a promoted Redis
+-- Cluster replica may have lost the last increments of its dead master (replication is
+-- asynchronous), and a token below one already issued would fence off the new holder.
+local prev = redis.call('GET', KEYS[2])
+local token = 1
+if prev then
+  local t = redis.call('TIME')
+  token = math.max(tonumber(prev) + 1, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+end
+redis.call('SET', KEYS[2], string.format('%d', token))
+local value = ARGV[1] .. ':' .. string.format('%d', token)
+redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+return {token, value}
 "#;
+
+/// Rounds a free lease waits for its preferred replica before any replica takes it.
+const VACANT_ROUNDS: u8 = 2;
+
+/// Rounds in a row a preferred replica claims a lease another holds (the holder, told on the
+/// bus, hands it over at once); past them it waits for the holder's own round.
+const CLAIM_ROUNDS: u8 = 4;
+
+/// Pause before the next round after a claim, so that the handed-over lease is taken soon.
+const CLAIM_RETRY: Duration = Duration::from_millis(25);
+
+/// The keeper's memory of one upstream's lease between rounds.
+#[derive(Default, Clone, Copy)]
+pub(super) struct Track {
+    /// Rounds the lease was seen free while another replica is preferred.
+    vacant: u8,
+    /// Claims in a row while another replica holds it.
+    claims: u8,
+}
 
 // KEYS: lease. ARGV: value. Deletes it if it is still ours.
 const RELEASE_LUA: &str =
@@ -160,52 +199,109 @@ impl Cluster {
         Ok(())
     }
 
-    /// One round of the keeper: heartbeat, then each lease acquired or renewed.
+    /// The live replicas (heartbeat younger than `px`), after beating for this one and
+    /// forgetting replicas gone for long, in one round trip.
+    async fn beat(&self, px: u64) -> Result<Vec<String>, super::ClusterError> {
+        let (key, now) = (self.replicas_key(), now_ms());
+        let forget = now.saturating_sub(20 * self.0.config.lease_ttl.as_millis() as u64);
+        let mut p = redis::pipe();
+        p.cmd("ZADD").arg(&key).arg(now).arg(&*self.0.replica).ignore();
+        p.cmd("ZREMRANGEBYSCORE").arg(&key).arg("-inf").arg(format!("({forget}")).ignore();
+        p.cmd("ZRANGEBYSCORE").arg(&key).arg(now.saturating_sub(px)).arg("+inf");
+        let (live,): (Vec<String>,) = self.run_pipeline("heartbeat", &p).await?;
+        Ok(live)
+    }
+
+    /// One round of the keeper: heartbeat, then each lease renewed, handed over, acquired or
+    /// watched.
     ///
     /// A failed call does not by itself make this replica solo: one slow reply under load
     /// would otherwise open a second upstream listen. It goes solo only once Redis has been
     /// unreachable for as long as a lease lives (`down_since`), when no holder can still be
     /// renewing one; until then it keeps its role.
-    async fn keep(&self, px: u64, down_since: &mut Option<tokio::time::Instant>) {
+    ///
+    /// Returns whether it claimed a lease (and so wants its next round soon).
+    async fn keep(&self, px: u64, down_since: &mut Option<tokio::time::Instant>, tracks: &mut [Track]) -> bool {
         let expiry = Duration::from_millis(px);
-        let px = px.to_string();
-        let beat = redis::cmd("ZADD").arg(self.replicas_key()).arg(now_ms()).arg(&*self.0.replica).to_owned();
-        if self.query::<u64>("ZADD replicas", &beat).await.is_err() {
-            let since = *down_since.get_or_insert_with(tokio::time::Instant::now);
-            if since.elapsed() >= expiry {
-                for i in 0..self.0.roles.len() {
-                    self.set_role(i, Role::Solo);
+        let live = match self.beat(px).await {
+            Ok(live) => live,
+            Err(_) => {
+                let since = *down_since.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() >= expiry {
+                    for i in 0..self.0.roles.len() {
+                        self.set_role(i, Role::Solo);
+                    }
                 }
+                return false;
             }
-            return;
-        }
+        };
+        let mut claimed = false;
         *down_since = None;
-        for i in 0..self.0.roles.len() {
+        let px = px.to_string();
+        let me = &*self.0.replica;
+        for (i, track) in tracks.iter_mut().enumerate() {
             let tag = self.tag(i);
             let lease = format!("{tag}:lease");
+            let preferred = super::spread::preferred(&self.0.upstreams[i], &live).is_none_or(|p| p == me);
             let role = *self.0.roles[i].borrow();
             let next = match role {
+                Role::Holder(token) if !preferred => {
+                    let value = format!("{me}:{token}");
+                    match self.eval::<u8>("release lease", &RELEASE, &[&lease], &[value.as_bytes()]).await {
+                        Ok(_) => {
+                            tracing::info!(
+                                upstream = &*self.0.upstreams[i],
+                                "handing the upstream listen to the replica preferred for it"
+                            );
+                            Role::Follower
+                        }
+                        Err(_) => role,
+                    }
+                }
                 Role::Holder(token) => {
-                    let value = format!("{}:{token}", self.0.replica);
-                    let renew = &RENEW;
-                    match self.eval::<u8>("renew lease", renew, &[&lease], &[value.as_bytes(), px.as_bytes()]).await {
+                    let value = format!("{me}:{token}");
+                    match self.eval::<u8>("renew lease", &RENEW, &[&lease], &[value.as_bytes(), px.as_bytes()]).await {
                         Ok(1) => role,
                         Ok(_) => Role::Follower,
                         // Tried again next round; the lease outlives one missed renewal.
                         Err(_) => role,
                     }
                 }
-                Role::Follower | Role::Solo => {
+                Role::Follower | Role::Solo if preferred || track.vacant >= VACANT_ROUNDS => {
                     let fence = format!("{tag}:fence");
-                    let acquire = &ACQUIRE;
-                    let args: [&[u8]; 2] = [self.0.replica.as_bytes(), px.as_bytes()];
-                    match self.eval::<u64>("acquire lease", acquire, &[&lease, &fence], &args).await {
-                        Ok(0) => Role::Follower,
-                        Ok(token) => Role::Holder(token),
+                    let args: [&[u8]; 2] = [me.as_bytes(), px.as_bytes()];
+                    match self.eval::<(u64, String)>("acquire lease", &ACQUIRE, &[&lease, &fence], &args).await {
+                        Ok((0, holder)) => {
+                            self.note_holder(i, Some(&holder));
+                            if preferred && track.claims < CLAIM_ROUNDS {
+                                track.claims += 1;
+                                claimed |= self.claim(i).await;
+                            }
+                            Role::Follower
+                        }
+                        Ok((token, _)) => Role::Holder(token),
+                        Err(_) => role,
+                    }
+                }
+                Role::Follower | Role::Solo => {
+                    match self.query::<Option<String>>("GET lease", redis::cmd("GET").arg(&lease)).await {
+                        Ok(holder) => {
+                            track.vacant = if holder.is_some() { 0 } else { track.vacant.saturating_add(1) };
+                            self.note_holder(i, holder.as_deref());
+                            // A solo replica keeps its own listen until a holder is there.
+                            if holder.is_some() { Role::Follower } else { role }
+                        }
                         Err(_) => role,
                     }
                 }
             };
+            if !preferred {
+                track.claims = 0;
+            }
+            if let Role::Holder(_) = next {
+                *track = Track::default();
+                self.note_holder(i, Some(me));
+            }
             self.set_role(i, next);
             if let Role::Holder(_) = next
                 && let Err(e) = self.refresh_interest(i).await
@@ -213,6 +309,41 @@ impl Cluster {
                 tracing::debug!(error = %e, "cannot read the other replicas' interest");
             }
         }
+        claimed
+    }
+
+    /// Tells the holder of upstream `index`'s lease that this replica is now preferred for
+    /// it, so that it hands the lease over in its next round, run at once, instead of at its
+    /// next period. Whether the claim was sent.
+    async fn claim(&self, index: usize) -> bool {
+        let msg = serde_json::json!({ "r": &*self.0.replica, "u": &*self.0.upstreams[index], "k": "claim" });
+        let cmd = redis::cmd(self.publish_command()).arg(self.channel(index)).arg(msg.to_string()).to_owned();
+        self.query::<u64>("claim lease", &cmd).await.is_ok()
+    }
+
+    /// A replica claimed upstream `index`'s lease: if this one holds it, its keeper runs a
+    /// round now (and hands it over if the claimer is preferred by its own view too).
+    pub(super) fn claimed(&self, index: usize) {
+        if self.held_fence(index).is_some() {
+            self.0.keeper_now.notify_one();
+        }
+    }
+
+    /// Records which replica holds upstream `index`'s listen, from its lease's value.
+    fn note_holder(&self, index: usize, lease: Option<&str>) {
+        let holder = lease.map(|v| v.rsplit_once(':').map_or(v, |(replica, _)| replica));
+        self.0.holders[index].send_if_modified(|old| {
+            let changed = old.as_deref() != holder;
+            if changed {
+                *old = holder.map(Arc::from);
+            }
+            changed
+        });
+    }
+
+    /// The replica holding upstream `index`'s listen, as last seen (`None`: none known).
+    pub fn listen_holder(&self, index: usize) -> Option<Arc<str>> {
+        self.0.holders.get(index).and_then(|h| h.borrow().clone())
     }
 }
 
@@ -223,11 +354,14 @@ pub(super) async fn keeper(cluster: Cluster, cancel: CancellationToken) {
     let px = (ttl.as_millis() as u64 * 2 / 3).max(1);
     let period = (ttl / 4).max(Duration::from_millis(50));
     let mut down_since = None;
+    let mut tracks = vec![Track::default(); cluster.0.roles.len()];
     loop {
-        cluster.keep(px, &mut down_since).await;
+        let claimed = cluster.keep(px, &mut down_since, &mut tracks).await;
+        let wait = if claimed { CLAIM_RETRY } else { period };
         tokio::select! {
             _ = cancel.cancelled() => break,
-            _ = tokio::time::sleep(period) => {}
+            _ = tokio::time::sleep(wait) => {}
+            _ = cluster.0.keeper_now.notified() => {}
         }
     }
     for i in 0..cluster.0.roles.len() {

@@ -18,10 +18,15 @@
 
 mod bus;
 pub mod config;
+mod conn;
+mod fillwait;
 mod l2;
 mod lease;
 mod purge;
 mod sessions;
+mod spread;
+pub use spread::preferred as preferred_listen_holder;
+mod subscribe;
 mod value;
 
 use std::sync::Arc;
@@ -29,18 +34,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use hmac::{KeyInit, Mac};
-use redis::aio::ConnectionManager;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use bus::{Event, Inbound};
+pub use fillwait::FillWait;
 pub use l2::{Probe, SharedKey};
 pub use lease::Role;
 pub use sessions::Adopted;
 pub use value::{SharedValue, now_ms};
 
-pub use crate::config::ClusterConfig;
+pub use crate::config::{ClusterConfig, RedisTarget};
 use resmux_proto::mcp::notify::Filter;
 
 /// Why a Redis call did not succeed. The request it served goes on without Redis.
@@ -61,7 +66,7 @@ pub enum ClusterError {
 /// Why the cluster tier could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterSetupError {
-    #[error("cluster.redis_url is not a valid Redis URL")]
+    #[error("cluster.redis_url (or redis_nodes) is not a valid Redis URL")]
     Url(#[source] redis::RedisError),
     #[error("cluster: cannot read a secret")]
     Secret(#[source] resmux_proto::secret::SecretError),
@@ -79,11 +84,15 @@ pub struct Stats {
     pub l2_fills_raced: AtomicU64,
     /// Misses that waited for another replica's fill.
     pub lock_waits: AtomicU64,
+    /// Notices that woke such a wait (the fill, or its failure, was announced).
+    pub fill_notices: AtomicU64,
     pub errors: AtomicU64,
     pub published: AtomicU64,
     pub received: AtomicU64,
     /// Events dropped because the outbox was full.
     pub dropped: AtomicU64,
+    /// Events received from a deposed listen holder (a fence below the highest seen).
+    pub fenced: AtomicU64,
     pub lease_acquired: AtomicU64,
     pub lease_lost: AtomicU64,
 }
@@ -94,8 +103,9 @@ pub struct Cluster(Arc<Inner>);
 
 struct Inner {
     config: ClusterConfig,
-    client: redis::Client,
-    conn: ConnectionManager,
+    /// How to reach Redis (one Redis or a Redis Cluster).
+    backend: conn::Backend,
+    conn: conn::Conn,
     /// HMAC key naming private partitions.
     key: Vec<u8>,
     /// This replica's random id.
@@ -117,6 +127,12 @@ struct Inner {
     ended_sessions: tokio::sync::broadcast::Sender<Arc<str>>,
     /// Per upstream: whether this replica holds its listen.
     roles: Vec<watch::Sender<Role>>,
+    /// Per upstream: the replica holding its listen, as the lease keeper last saw it.
+    holders: Vec<watch::Sender<Option<Arc<str>>>>,
+    /// Wakes the lease keeper for a round now (another replica claimed a lease held here).
+    keeper_now: tokio::sync::Notify,
+    /// Flight leaders waiting here for another replica's fill.
+    fill_waiters: fillwait::Waiters,
     /// Per upstream (while holding it): the union of the other live replicas' interest.
     remote: Vec<watch::Sender<Filter>>,
     /// Per upstream: the highest fencing token seen, so a deposed holder's late events are
@@ -144,25 +160,20 @@ impl Cluster {
         cursor_secret: Option<&str>,
         upstreams: Vec<Arc<str>>,
     ) -> Result<Option<Self>, ClusterSetupError> {
-        let Some(url) = config.url().map_err(ClusterSetupError::Secret)? else { return Ok(None) };
+        let Some(target) = config.target().map_err(ClusterSetupError::Secret)? else { return Ok(None) };
         let key = match &config.key_secret {
             Some(s) => s.resolve().map_err(ClusterSetupError::Secret)?,
             None => cursor_secret.ok_or(ClusterSetupError::NoKey)?.to_owned(),
         };
-        let client = redis::Client::open(url.as_str()).map_err(ClusterSetupError::Url)?;
-        let mgr = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.op_timeout.max(Duration::from_millis(200))))
-            .set_response_timeout(Some(config.op_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), mgr).map_err(ClusterSetupError::Url)?;
+        let backend = conn::Backend::new(&target, config).map_err(ClusterSetupError::Url)?;
+        let conn = backend.connect_lazily(config).map_err(ClusterSetupError::Url)?;
         let (outbox, outbox_rx) = mpsc::channel(config.max_outbox);
         let (inbox, inbox_rx) = mpsc::channel(INBOX);
         let n = upstreams.len();
         let replica: Arc<str> = format!("{:016x}", rand::random::<u64>()).into();
         Ok(Some(Self(Arc::new(Inner {
             config: config.clone(),
-            client,
+            backend,
             conn,
             key: key.into_bytes(),
             replica,
@@ -178,6 +189,9 @@ impl Cluster {
             inbox_rx: std::sync::Mutex::new(Some(inbox_rx)),
             ended_sessions: tokio::sync::broadcast::channel(256).0,
             roles: (0..n).map(|_| watch::channel(Role::Follower).0).collect(),
+            holders: (0..n).map(|_| watch::channel(None).0).collect(),
+            keeper_now: tokio::sync::Notify::new(),
+            fill_waiters: fillwait::Waiters::default(),
             remote: (0..n).map(|_| watch::channel(Filter::default()).0).collect(),
             fence: (0..n).map(|_| AtomicU64::new(0)).collect(),
             changed_at: moka::sync::Cache::builder()
@@ -193,7 +207,7 @@ impl Cluster {
         tracker.spawn(self.clone().health_probe(cancel.clone()));
         let outbox = self.0.outbox_rx.lock().expect("outbox").take().expect("started once");
         tracker.spawn(bus::publisher(self.clone(), outbox, cancel.clone()));
-        tracker.spawn(bus::subscriber(self.clone(), cancel.clone()));
+        tracker.spawn(subscribe::subscriber(self.clone(), cancel.clone()));
         tracker.spawn(lease::keeper(self.clone(), cancel.clone()));
     }
 
@@ -205,6 +219,11 @@ impl Cluster {
     /// The settings.
     pub fn config(&self) -> &ClusterConfig {
         &self.0.config
+    }
+
+    /// Whether Redis is a Redis Cluster (`redis_nodes`) rather than one Redis.
+    pub fn is_redis_cluster(&self) -> bool {
+        self.0.backend.is_cluster()
     }
 
     /// This replica's id.
@@ -330,17 +349,32 @@ impl Cluster {
         }
     }
 
-    /// Pings Redis: every 250 ms while it is down, every second while it is up.
+    /// Whether Redis answers for every upstream: one keyed read per upstream, so that on a
+    /// Redis Cluster each lands on the node that owns that upstream's slot (a master lost
+    /// and not yet replaced shows here), and a moved slot is learnt of.
+    async fn answers(&self, deadline: Duration) -> bool {
+        let probes = (0..self.0.upstreams.len().max(1)).map(|i| {
+            let mut conn = self.0.conn.clone();
+            let cmd = match self.0.upstreams.get(i) {
+                Some(_) => redis::cmd("EXISTS").arg(format!("{}:fence", self.tag(i))).to_owned(),
+                None => redis::cmd("PING"),
+            };
+            async move {
+                matches!(tokio::time::timeout(deadline, cmd.query_async::<redis::Value>(&mut conn)).await, Ok(Ok(_)))
+            }
+        });
+        futures_util::future::join_all(probes).await.into_iter().all(|ok| ok)
+    }
+
+    /// Probes Redis: every 250 ms while it is down, every second while it is up.
     async fn health_probe(self, cancel: CancellationToken) {
         let deadline = self.0.config.op_timeout.max(Duration::from_millis(200));
         loop {
-            let mut conn = self.0.conn.clone();
-            let ping = redis::cmd("PING");
-            let ok = matches!(tokio::time::timeout(deadline, ping.query_async::<String>(&mut conn)).await, Ok(Ok(_)));
+            let ok = self.answers(deadline).await;
             if ok {
                 self.set_healthy(true, None);
             } else if self.healthy() {
-                self.set_healthy(false, Some(&ClusterError::Timeout { op: "PING" }));
+                self.set_healthy(false, Some(&ClusterError::Timeout { op: "probe" }));
             }
             let wait = if ok { Duration::from_secs(1) } else { Duration::from_millis(250) };
             tokio::select! {

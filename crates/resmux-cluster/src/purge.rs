@@ -9,6 +9,7 @@
 
 use serde_json::{Value, json};
 use std::collections::HashSet;
+use std::sync::LazyLock;
 use tokio::time::Instant;
 
 use super::bus::{Event, Outgoing, URI_EPOCH_TTL};
@@ -19,6 +20,13 @@ use resmux_proto::jsonrpc::RawObject;
 
 /// Keys asked for per SCAN call (a hint to Redis, which may return more or fewer).
 const SCAN_BATCH: u64 = 500;
+
+// KEYS: a key of the upstream's hash tag, so that a Redis Cluster runs the scan on the node
+// that holds the upstream's keys (a bare SCAN would go to any node). ARGV: cursor, pattern,
+// count.
+const SCAN_LUA: &str = "return redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', ARGV[3])";
+
+static SCAN: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SCAN_LUA));
 
 /// The bus fields of a purge.
 pub(super) fn encode(target: &Target) -> Value {
@@ -81,7 +89,7 @@ impl Cluster {
             }
         };
         let announce = Outgoing { upstream: index, fence: 0, event: Event::Purge(target.clone()) };
-        p.cmd("PUBLISH").arg(self.channel()).arg(self.encode(&announce)).ignore();
+        p.cmd(self.publish_command()).arg(self.channel(index)).arg(self.encode(&announce)).ignore();
         self.run_pipeline::<()>("purge", &p).await?;
         self.delete_values(&tag, bases.as_ref()).await
     }
@@ -97,9 +105,9 @@ impl Cluster {
             if Instant::now() >= deadline {
                 return Err(ClusterError::Timeout { op: "purge SCAN" });
             }
-            let scan =
-                redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(SCAN_BATCH).to_owned();
-            let (next, keys): (u64, Vec<String>) = self.query("SCAN", &scan).await?;
+            let (at, batch) = (cursor.to_string(), SCAN_BATCH.to_string());
+            let args: [&[u8]; 3] = [at.as_bytes(), pattern.as_bytes(), batch.as_bytes()];
+            let (next, keys): (u64, Vec<String>) = self.eval("SCAN", &SCAN, &[&values], &args).await?;
             let doomed: Vec<&String> = (keys.iter())
                 .filter(|k| {
                     let base = k.strip_prefix(&values).and_then(|rest| rest.split(':').next());

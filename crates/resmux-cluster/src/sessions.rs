@@ -4,7 +4,22 @@
 
 use std::time::Duration;
 
+use futures_util::future::join_all;
+
 use super::{Cluster, ClusterError};
+
+/// Session records are spread over this many hash tags, each with its bus channel (on which a
+/// session's end is announced in the same pipeline that records it): a Redis Cluster spreads
+/// them over its nodes, and no one channel carries every session's end.
+pub(super) const SHARDS: usize = 16;
+
+/// Session records kept alive together by one touch (the rest wait for their turn).
+const TOUCH_CONCURRENCY: usize = 32;
+
+/// The shard of session record `name` (a hex digest).
+fn shard(name: &str) -> usize {
+    name.bytes().next().and_then(|b| (b as char).to_digit(16)).map_or(0, |d| d as usize % SHARDS)
+}
 
 /// What Redis knows of a session this replica has not seen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,12 +36,24 @@ impl Cluster {
         self.digest(&[b"session", nonce])
     }
 
+    /// The hash tag of the shard session `name` is in.
+    fn session_tag(&self, name: &str) -> String {
+        format!("{}{{sess-{:x}}}", self.0.config.prefix, shard(name))
+    }
+
+    /// The bus channel of session shard `shard`.
+    pub(super) fn session_channel(&self, shard: usize) -> String {
+        format!("{}{{sess-{shard:x}}}:bus", self.0.config.prefix)
+    }
+
     fn session_key(&self, nonce: &[u8]) -> String {
-        format!("{}sess:{}", self.0.config.prefix, self.session_name(nonce))
+        let name = self.session_name(nonce);
+        format!("{}:{name}", self.session_tag(&name))
     }
 
     fn tombstone_key(&self, nonce: &[u8]) -> String {
-        format!("{}sess-ended:{}", self.0.config.prefix, self.session_name(nonce))
+        let name = self.session_name(nonce);
+        format!("{}:ended:{name}", self.session_tag(&name))
     }
 
     /// Sessions ended on other replicas, by record name.
@@ -59,11 +86,17 @@ impl Cluster {
         if nonces.is_empty() {
             return Ok(());
         }
-        let mut p = redis::pipe();
-        for n in nonces {
-            p.cmd("PEXPIRE").arg(self.session_key(n)).arg(keep.as_millis().max(1) as u64).ignore();
+        // One call per record: a Redis Cluster spreads them over its nodes, and a multiplexed
+        // connection pipelines them anyway.
+        let px = keep.as_millis().max(1) as u64;
+        for batch in nonces.chunks(TOUCH_CONCURRENCY) {
+            let cmds: Vec<redis::Cmd> =
+                batch.iter().map(|n| redis::cmd("PEXPIRE").arg(self.session_key(n)).arg(px).to_owned()).collect();
+            for touched in join_all(cmds.iter().map(|cmd| self.query::<u8>("touch session", cmd))).await {
+                touched?;
+            }
         }
-        self.run_pipeline("touch sessions", &p).await
+        Ok(())
     }
 
     /// Ends session `nonce` everywhere (DELETE): its subscriptions go, the replicas holding
@@ -73,7 +106,8 @@ impl Cluster {
         p.cmd("DEL").arg(self.session_key(nonce)).ignore();
         p.cmd("SET").arg(self.tombstone_key(nonce)).arg(1).arg("PX").arg(keep.as_millis().max(1) as u64).ignore();
         let msg = serde_json::json!({"r": &*self.0.replica, "k": "session-ended", "s": self.session_name(nonce)});
-        p.cmd("PUBLISH").arg(self.channel()).arg(msg.to_string()).ignore();
+        let channel = self.session_channel(shard(&self.session_name(nonce)));
+        p.cmd(self.publish_command()).arg(channel).arg(msg.to_string()).ignore();
         self.run_pipeline("end session", &p).await
     }
 }

@@ -1,0 +1,116 @@
+//! The connection to Redis, one Redis or a Redis Cluster behind one type, so that every call
+//! of the cluster tier takes the same path. Keys of one upstream share a hash tag, so that
+//! every script and pipeline of the tier touches one slot and a cluster routes it whole.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+use crate::config::{ClusterConfig, RedisTarget};
+
+/// A command connection to one Redis or to a Redis Cluster. Cheap to clone (multiplexed).
+#[derive(Clone)]
+pub(super) enum Conn {
+    Standalone(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// How the replicas reach Redis, for the connections opened later (the subscriber's).
+#[derive(Clone)]
+pub(super) enum Backend {
+    Standalone(Box<redis::Client>),
+    /// The seed nodes (each connection makes its own client: the subscriber's takes pushes).
+    Cluster(Vec<String>),
+}
+
+impl Backend {
+    /// The client for `target`; nothing is connected yet.
+    pub(super) fn new(target: &RedisTarget, config: &ClusterConfig) -> redis::RedisResult<Self> {
+        Ok(match target {
+            RedisTarget::Standalone(url) => Self::Standalone(Box::new(redis::Client::open(url.as_str())?)),
+            RedisTarget::Cluster(nodes) => {
+                // Built once here so that a bad seed list fails at start, not in a task.
+                cluster_builder(nodes, config).build()?;
+                Self::Cluster(nodes.clone())
+            }
+        })
+    }
+
+    /// The command connection. Connects lazily: a Redis that is down at start is retried by
+    /// the health probe.
+    pub(super) fn connect_lazily(&self, config: &ClusterConfig) -> redis::RedisResult<Conn> {
+        Ok(match self {
+            Self::Standalone(client) => {
+                let mgr = redis::aio::ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(connect_timeout(config)))
+                    .set_response_timeout(Some(config.op_timeout))
+                    .set_number_of_retries(1)
+                    .set_max_delay(Duration::from_millis(500));
+                Conn::Standalone(ConnectionManager::new_lazy_with_config((**client).clone(), mgr)?)
+            }
+            Self::Cluster(nodes) => Conn::Cluster(
+                cluster_builder(nodes, config)
+                    .build()?
+                    .get_pending_async_connection_with_config(redis::cluster::ClusterConfig::new()),
+            ),
+        })
+    }
+
+    /// Whether this is a Redis Cluster (sharded pub/sub) or one Redis (plain pub/sub).
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self, Self::Cluster(_))
+    }
+
+    /// The command that publishes to a bus channel: a Redis Cluster forwards a sharded
+    /// message only within the shard that owns the channel's slot, where a plain `PUBLISH`
+    /// would cross every node of the cluster.
+    pub(super) fn publish_command(&self) -> &'static str {
+        if self.is_cluster() { "SPUBLISH" } else { "PUBLISH" }
+    }
+}
+
+/// A client of the cluster of `nodes`, with the tier's timeouts.
+pub(super) fn cluster_builder(nodes: &[String], config: &ClusterConfig) -> redis::cluster::ClusterClientBuilder {
+    redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+        .connection_timeout(connect_timeout(config))
+        .response_timeout(config.op_timeout)
+        // A request never waits on Redis past `op_timeout` anyway (its caller's deadline);
+        // the retries follow `MOVED`/`ASK` and a failover's reconnection within it.
+        .retries(3)
+        .min_retry_wait(10)
+        .max_retry_wait(200)
+}
+
+fn connect_timeout(config: &ClusterConfig) -> Duration {
+    config.op_timeout.max(Duration::from_millis(200))
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Standalone(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Standalone(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! What the cluster scenarios share, whichever Redis the replicas use (one `redis-server`, or
+//! a Redis Cluster): the replicas' config, the fleet, the `/readyz` view, waiting for a lease
+//! holder, a replica in its own process, and the checks both kinds of Redis must pass.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use serde_json::{Value, json};
+
+use crate::cluster::Redis;
+use crate::redis_cluster::RedisCluster;
+use crate::support::*;
+use resmux::config::{Config, SecretSource, UpstreamConfig};
+use resmux::sample::{SampleHttp, SampleSpec};
+
+pub(crate) const SECRET: &str = "cluster-test-shared-secret-0123456789";
+
+/// The Redis a fleet shares.
+#[derive(Clone, Copy)]
+pub(crate) enum Shared<'a> {
+    One(&'a Redis),
+    Cluster(&'a RedisCluster),
+}
+
+impl Shared<'_> {
+    /// The `[cluster]` line that names this Redis.
+    fn toml(self) -> String {
+        match self {
+            Shared::One(r) => format!("redis_url = \"{}\"", r.url()),
+            Shared::Cluster(c) => {
+                let nodes: Vec<String> = c.seeds().iter().map(|s| format!("\"{s}\"")).collect();
+                format!("redis_nodes = [{}]", nodes.join(", "))
+            }
+        }
+    }
+}
+
+/// A replica's config: `ups` (by their sample names), sharing `at`, with a short lease.
+pub(crate) fn fleet_config(ups: &[&SampleHttp], at: Shared) -> Config {
+    let upstreams = ups.iter().map(|u| UpstreamConfig::http(&u.sample.spec().name, &u.url())).collect();
+    let mut c = config(upstreams);
+    match at {
+        Shared::One(r) => c.cluster.redis_url = Some(r.url()),
+        Shared::Cluster(rc) => c.cluster.redis_nodes = rc.seeds(),
+    }
+    c.cluster.lease_ttl = Duration::from_millis(900);
+    c.proxy.cursor_secret = Some(SecretSource { value: Some(SECRET.into()), ..Default::default() });
+    c.hub.linger = Duration::from_millis(50);
+    c
+}
+
+/// `n` replicas of `ups` sharing `at`, each having discovered its upstreams.
+pub(crate) async fn fleet(ups: &[&SampleHttp], at: Shared<'_>, n: usize) -> Vec<Proxy> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(Proxy::start(fleet_config(ups, at)).await);
+    }
+    for p in &out {
+        discovered(&p.client).await;
+    }
+    out
+}
+
+pub(crate) fn read(uri: &str) -> Value {
+    json!({ "uri": uri })
+}
+
+/// The replica's `/readyz` view of the cluster.
+pub(crate) fn cluster_state(p: &Proxy) -> Value {
+    p.app.admin().readiness().1["cluster"].clone()
+}
+
+/// Waits until exactly one replica holds `upstream`'s listen lease; returns its index.
+pub(crate) async fn holder(ps: &[&Proxy], upstream: &str) -> usize {
+    eventually("one replica holds the lease", || {
+        let roles: Vec<String> =
+            (ps.iter()).map(|p| cluster_state(p)["listen_roles"][upstream].as_str().unwrap_or("").to_owned()).collect();
+        async move {
+            let holders: Vec<usize> = (0..roles.len()).filter(|i| roles[*i] == "holder").collect();
+            (holders.len() == 1 && roles.iter().all(|r| r == "holder" || r == "follower")).then(|| holders[0])
+        }
+    })
+    .await
+}
+
+/// A replica of `ups` in its own process sharing `at`, so that it can be SIGKILLed.
+pub(crate) async fn process_replica(ups: &[&SampleHttp], at: Shared<'_>) -> ServeProcess {
+    let upstreams: String = (ups.iter())
+        .map(|u| format!("[[upstream]]\nname = \"{}\"\nurl = \"{}\"\n", u.sample.spec().name, u.url()))
+        .collect();
+    let text = format!(
+        r#"
+[listen]
+addr = "127.0.0.1:0"
+[log]
+format = "json"
+level = "info"
+[proxy]
+cursor_secret = {{ value = "{SECRET}" }}
+[hub]
+linger = "50ms"
+[cluster]
+{}
+lease_ttl = "900ms"
+{upstreams}"#,
+        at.toml(),
+    );
+    ServeProcess::start(&text).await
+}
+
+/// 24 callers on 3 replicas missing one key at once make one upstream request: the other
+/// replicas wait for the fill and are woken by its notice.
+pub(crate) async fn a_stampede_makes_one_upstream_request(at: Shared<'_>) {
+    let mut spec = SampleSpec::generated("docs", 5);
+    spec.delay = Duration::from_millis(300);
+    let up = sample_http(spec).await;
+    let ps = fleet(&[&up], at, 3).await;
+    // Settled: the lease holder has opened its listen (taking the lease announces a resync,
+    // which would rightly refuse a fill that raced it).
+    holder(&ps.iter().collect::<Vec<_>>(), "docs").await;
+    eventually("the holder listens upstream", || {
+        let n = up.sample.listens_open();
+        async move { (n == 1).then_some(()) }
+    })
+    .await;
+    let before = up.sample.count("resources/read");
+    let calls = ps.iter().flat_map(|p| {
+        (0..8).map(|_| {
+            let c = p.client.clone();
+            async move { c.request("resources/read", read("docs://item/3")).await }
+        })
+    });
+    let answers = join_all(calls).await;
+    assert!(answers.iter().all(|a| a.status == 200 && a.result()["contents"].is_array()));
+    assert_eq!(up.sample.count("resources/read") - before, 1, "24 callers on 3 replicas, one upstream request");
+    let waits: u64 = ps.iter().map(|p| cluster_state(p)["lock_waits"].as_u64().unwrap()).sum();
+    assert!(waits >= 1, "the other replicas waited for the fill");
+    let notices: u64 = ps.iter().map(|p| cluster_state(p)["fill_notices"].as_u64().unwrap()).sum();
+    assert!(notices >= 1, "the fill's notice woke the waiting replicas");
+}
+
+/// A private entry read by Alice on one replica is a hit for Alice on another, and a miss for
+/// Bob there; returns the upstream, whose reads it counted.
+pub(crate) async fn private_entries_stay_with_their_principal(at: Shared<'_>) -> SampleHttp {
+    let mut spec = SampleSpec::generated("docs", 5);
+    spec.public = false;
+    let up = sample_http(spec).await;
+    let mut ps = Vec::new();
+    for _ in 0..2 {
+        let mut c = fleet_config(&[&up], at);
+        api_keys(&mut c, &["alice-7f3a", "bob-91c2"]);
+        ps.push(Proxy::start(c).await);
+    }
+    let (alice_a, alice_b) = (ps[0].client.as_principal("alice-7f3a"), ps[1].client.as_principal("alice-7f3a"));
+    let bob_b = ps[1].client.as_principal("bob-91c2");
+    let first = alice_a.request("resources/read", read("docs://item/1")).await;
+    assert_eq!(first.cache(), "miss");
+    assert_eq!(first.result()["cacheScope"], "private");
+    // Bob, on the replica that never saw the read, does not get Alice's entry.
+    assert_eq!(bob_b.request("resources/read", read("docs://item/1")).await.cache(), "miss");
+    // Alice, on that replica, does.
+    assert_eq!(alice_b.request("resources/read", read("docs://item/1")).await.cache(), "hit");
+    assert_eq!(up.sample.count("resources/read"), 2);
+    up
+}
+
+/// Waits until the wall clock is past the current millisecond. A replica takes a shared value
+/// only if its fetch began in a later millisecond than the change it knows of (one that began
+/// in the same millisecond may have begun before the change), so a refetch after a change
+/// must start in a later millisecond; on a fast machine a whole change fits in one.
+pub(crate) async fn past_this_millisecond() {
+    let noted = resmux::cluster::now_ms();
+    eventually("the clock is past the millisecond of the change", || {
+        let later = resmux::cluster::now_ms() > noted;
+        async move { later.then_some(()) }
+    })
+    .await;
+}
+
+/// Waits for `method` on every one of `listens`, about `uri`.
+pub(crate) async fn each_hears(listens: &mut [Listening], method: &str, uri: &str) {
+    for l in listens {
+        let n = l.next_method(method).await;
+        assert_eq!(n["params"]["uri"], uri);
+    }
+}
+
+/// Upstreams in the failover check: enough that the killed replica holds some of them (it is
+/// started again with a new id, and so a new share, in the rare case it holds none).
+const FAILOVER_UPSTREAMS: usize = 8;
+
+/// A replica SIGKILLed while holding some upstreams' listens: within about a lease those
+/// listens are held again, each by the replica the hash now prefers, the upstreams it did not
+/// hold keep their holder, and the listeners on the survivors are resynced and hear changes.
+pub(crate) async fn a_killed_replicas_listens_move_within_the_lease(at: Shared<'_>) {
+    let mut ups = Vec::new();
+    for u in 0..FAILOVER_UPSTREAMS {
+        ups.push(sample_http(SampleSpec::generated(&format!("u{u}"), 3)).await);
+    }
+    let ups: Vec<&SampleHttp> = ups.iter().collect();
+    let ps = fleet(&ups, at, 2).await;
+    let ids: Vec<String> = ps.iter().map(|p| cluster_state(p)["replica"].as_str().unwrap().to_owned()).collect();
+    let names: Vec<String> = (0..FAILOVER_UPSTREAMS).map(|u| format!("u{u}")).collect();
+    let mut victim = None;
+    for _ in 0..4 {
+        let process = process_replica(&ups, at).await;
+        // Settled: both survivors agree on every holder, and each upstream listens once.
+        let holders = eventually("every upstream has one holder, agreed by all", || {
+            let states: Vec<Value> = ps.iter().map(cluster_state).collect();
+            let open: Vec<u64> = ups.iter().map(|u| u.sample.listens_open()).collect();
+            let names = names.clone();
+            async move {
+                let holders: Vec<String> = names
+                    .iter()
+                    .map(|n| states[0]["listen_holders"][n].as_str().map(str::to_owned))
+                    .collect::<Option<_>>()?;
+                let agreed = names.iter().zip(&holders).all(|(n, h)| states[1]["listen_holders"][n] == h.as_str());
+                (agreed && open.iter().all(|n| *n == 1)).then_some(holders)
+            }
+        })
+        .await;
+        let held: Vec<usize> = (0..FAILOVER_UPSTREAMS).filter(|&u| !ids.contains(&holders[u])).collect();
+        if !held.is_empty() {
+            victim = Some((process, holders, held));
+            break;
+        }
+    }
+    let (mut process, holders, held) = victim.expect("the process replica holds some upstream within 4 starts");
+    // A listener on each survivor, for every upstream the victim holds.
+    let uris: Vec<String> = held.iter().map(|&u| format!("u{u}+{}", ups[u].sample.status_uri())).collect();
+    let mut listens = Vec::new();
+    for p in &ps {
+        let mut l = p.client.listen(json!("L"), json!({"resourceSubscriptions": uris})).await.unwrap();
+        assert_eq!(l.next().await["method"], "notifications/subscriptions/acknowledged");
+        listens.push(l);
+    }
+    let opened: Vec<u64> = ups.iter().map(|u| u.sample.listens_total()).collect();
+
+    process.child.start_kill().unwrap(); // SIGKILL: no release, the leases must expire
+    process.child.wait().await.unwrap();
+    let killed = tokio::time::Instant::now();
+    eventually("the victim's upstreams listen again from their new holders", || {
+        let totals: Vec<u64> = ups.iter().map(|u| u.sample.listens_total()).collect();
+        let held = held.clone();
+        let opened = opened.clone();
+        async move { held.iter().all(|&u| totals[u] > opened[u]).then_some(()) }
+    })
+    .await;
+    let took = killed.elapsed();
+    eprintln!(
+        "replica failover: {} upstream listens re-established {took:?} after the SIGKILL (lease_ttl 900 ms)",
+        held.len()
+    );
+    assert!(took < Duration::from_secs(3), "failover took {took:?}");
+    for l in &mut listens {
+        let mut heard = Vec::new();
+        for _ in 0..uris.len() {
+            heard.push(
+                l.next_method("notifications/resources/updated").await["params"]["uri"].as_str().unwrap().to_owned(),
+            );
+        }
+        heard.sort();
+        let mut want = uris.clone();
+        want.sort();
+        assert_eq!(heard, want, "each listener is resynced for every moved upstream");
+    }
+    for (u, name) in names.iter().enumerate() {
+        let want = if held.contains(&u) {
+            resmux::cluster::preferred_listen_holder(name, &ids).unwrap().to_owned()
+        } else {
+            holders[u].clone()
+        };
+        eventually("the holder is the one the hash prefers among the survivors", || {
+            let got = cluster_state(&ps[0])["listen_holders"][name].clone();
+            let want = want.clone();
+            async move { (got == want.as_str()).then_some(()) }
+        })
+        .await;
+    }
+    // Changes flow through the new holders, to listens opened before and after.
+    let moved = format!("u{}+u{}://item/1", held[0], held[0]);
+    let mut fresh = Vec::new();
+    for p in &ps {
+        let mut l = p.client.listen(json!("F"), json!({"resourceSubscriptions": [moved]})).await.unwrap();
+        assert_eq!(l.next().await["method"], "notifications/subscriptions/acknowledged");
+        fresh.push(l);
+    }
+    ups[held[0]].sample.touch(&format!("u{}://item/1", held[0]));
+    each_hears(&mut fresh, "notifications/resources/updated", &moved).await;
+}
