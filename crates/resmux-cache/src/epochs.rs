@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::key::CachedMethod;
-use resmux_proto::mcp::List;
+use resmux_proto::mcp::{Capability, List};
 
 /// Most (upstream, URI) epochs remembered. An evicted epoch reads as 0, which can only make an
 /// entry look stale (a spurious miss), never fresh.
@@ -72,6 +72,13 @@ impl From<List> for CachedMethod {
             List::Tools => CachedMethod::ToolsList,
             List::Prompts => CachedMethod::PromptsList,
         }
+    }
+}
+
+impl CachedMethod {
+    /// The cached lists a change to `kind`'s lists invalidates.
+    pub fn invalidated_by(kind: Capability) -> impl Iterator<Item = CachedMethod> {
+        List::ALL.into_iter().filter(move |l| l.capability() == kind).map(CachedMethod::from)
     }
 }
 

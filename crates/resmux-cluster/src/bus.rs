@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::Cluster;
 use super::l2::{list_epoch_index, scope_suffix};
-use resmux_cache::CachedMethod;
-use resmux_proto::mcp::list::{Capability, List};
+use resmux_cache::{CachedMethod, Target};
+use resmux_proto::mcp::list::Capability;
 use resmux_proto::mcp::notify::{Change, Filter};
 
 /// Lifetime of a URI's epoch in Redis once it is no longer bumped. A forgotten epoch reads as
@@ -67,11 +67,6 @@ fn list_of(name: &str) -> Option<Capability> {
     Capability::ALL.into_iter().find(|k| k.name() == name)
 }
 
-/// The cached methods a list change invalidates.
-pub(super) fn invalidated(kind: Capability) -> impl Iterator<Item = CachedMethod> {
-    List::ALL.into_iter().filter(move |l| l.capability() == kind).map(CachedMethod::from)
-}
-
 impl Cluster {
     /// The bus channel of upstream `index`.
     pub(super) fn channel(&self, index: usize) -> String {
@@ -114,7 +109,7 @@ impl Cluster {
             Event::Resync => json!({ "k": "resync" }),
             Event::Active(filter) => json!({ "k": "active", "filter": filter.to_json() }),
             Event::Interest => json!({ "k": "interest" }),
-            Event::Purge(target) => super::purge::encode(target),
+            Event::Purge(target) => purge_fields(target),
         };
         if let (Value::Object(m), Value::Object(f)) = (&mut msg, fields) {
             m.extend(f);
@@ -170,7 +165,7 @@ impl Cluster {
             "active" => Event::Active(Filter::from_json(&v["filter"]).ok()?),
             "interest" => return Some(Inbound::Event { upstream, event: Event::Interest }),
             // Not the listen holder's: no fence applies.
-            "purge" => return Some(Inbound::Event { upstream, event: Event::Purge(super::purge::decode(&v)?) }),
+            "purge" => return Some(Inbound::Event { upstream, event: Event::Purge(purge_target(&v)?) }),
             _ => return None,
         };
         let fence = v["f"].as_u64()?;
@@ -194,7 +189,7 @@ impl Cluster {
                 p.cmd("PEXPIRE").arg(&key).arg(URI_EPOCH_TTL.as_millis() as u64).ignore();
             }
             Event::Change(Change::ListChanged(kind)) => {
-                for m in invalidated(*kind) {
+                for m in CachedMethod::invalidated_by(*kind) {
                     p.cmd("INCR").arg(format!("{tag}:e:l:{}", list_epoch_index(m))).ignore();
                 }
             }
@@ -221,4 +216,24 @@ pub(super) async fn publisher(cluster: Cluster, mut outbox: mpsc::Receiver<Outgo
             Err(_) => cluster.0.stats.dropped.fetch_add(1, Ordering::Relaxed),
         };
     }
+}
+
+/// The bus fields of a purge.
+pub(super) fn purge_fields(target: &Target) -> Value {
+    match target {
+        Target::Uri(uri) => json!({ "k": "purge", "t": "uri", "v": &**uri }),
+        Target::UriPrefix(prefix) => json!({ "k": "purge", "t": "uri_prefix", "v": &**prefix }),
+        Target::Everything => json!({ "k": "purge", "t": "upstream" }),
+    }
+}
+
+/// A purge read off the bus; `None` when malformed.
+pub(super) fn purge_target(v: &Value) -> Option<Target> {
+    let text = || v["v"].as_str().map(Box::from);
+    Some(match v["t"].as_str()? {
+        "uri" => Target::Uri(text()?),
+        "uri_prefix" => Target::UriPrefix(text()?),
+        "upstream" => Target::Everything,
+        _ => return None,
+    })
 }

@@ -229,7 +229,7 @@ impl Cluster {
             None => note("e:s".into()),
             Some(Change::Updated(uri)) => note(scope_suffix(self, CachedMethod::ResourcesRead, Some(uri))),
             Some(Change::ListChanged(kind)) => {
-                for m in super::bus::invalidated(*kind) {
+                for m in CachedMethod::invalidated_by(*kind) {
                     note(scope_suffix(self, m, None));
                 }
             }

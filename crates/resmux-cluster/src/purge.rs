@@ -7,12 +7,15 @@
 //! purge (like an upstream purge) bumps the upstream's stream epoch and deletes all of that
 //! upstream's shared values. Replicas' own caches keep what lies outside the prefix.
 
-use serde_json::{Value, json};
+#[cfg(test)]
+use serde_json::json;
 use std::collections::HashSet;
 use std::sync::LazyLock;
 use tokio::time::Instant;
 
 use super::bus::{Event, Outgoing, URI_EPOCH_TTL};
+#[cfg(test)]
+use super::bus::{purge_fields, purge_target};
 use super::l2::scope_suffix;
 use super::{Cluster, ClusterError};
 use resmux_cache::{CachedMethod, Target, canonical_params_with};
@@ -27,26 +30,6 @@ const SCAN_BATCH: u64 = 500;
 const SCAN_LUA: &str = "return redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', ARGV[3])";
 
 static SCAN: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(SCAN_LUA));
-
-/// The bus fields of a purge.
-pub(super) fn encode(target: &Target) -> Value {
-    match target {
-        Target::Uri(uri) => json!({ "k": "purge", "t": "uri", "v": &**uri }),
-        Target::UriPrefix(prefix) => json!({ "k": "purge", "t": "uri_prefix", "v": &**prefix }),
-        Target::Everything => json!({ "k": "purge", "t": "upstream" }),
-    }
-}
-
-/// A purge read off the bus; `None` when malformed.
-pub(super) fn decode(v: &Value) -> Option<Target> {
-    let text = || v["v"].as_str().map(Box::from);
-    Some(match v["t"].as_str()? {
-        "uri" => Target::Uri(text()?),
-        "uri_prefix" => Target::UriPrefix(text()?),
-        "upstream" => Target::Everything,
-        _ => return None,
-    })
-}
 
 /// `text` with Redis glob characters escaped, for a SCAN MATCH pattern.
 fn glob_escape(text: &str) -> String {
@@ -132,10 +115,10 @@ mod tests {
     #[test]
     fn purges_round_trip_on_the_bus_and_globs_are_escaped() {
         for t in [Target::Uri("file:///a*.md".into()), Target::UriPrefix("".into()), Target::Everything] {
-            assert_eq!(decode(&encode(&t)), Some(t));
+            assert_eq!(purge_target(&purge_fields(&t)), Some(t));
         }
-        assert_eq!(decode(&json!({"k": "purge", "t": "uri"})), None);
-        assert_eq!(decode(&json!({"k": "purge", "t": "all"})), None);
+        assert_eq!(purge_target(&json!({"k": "purge", "t": "uri"})), None);
+        assert_eq!(purge_target(&json!({"k": "purge", "t": "all"})), None);
         assert_eq!(glob_escape("resmux:{do*cs}:v:"), r"resmux:{do\*cs}:v:");
         assert_eq!(glob_escape(r"a?[b]\"), r"a\?\[b\]\\");
     }
