@@ -227,6 +227,13 @@ async fn a_purge_reaches_every_replica_and_every_master_of_a_redis_cluster() {
         c.admin.addr = "127.0.0.1:0".into();
         ps.push(Proxy::start(c).await);
     }
+    // Both replicas have discovered their upstreams and see Redis up for every upstream (the
+    // health probe reads a key in each upstream's slot, so each master has been reached)
+    // before the first read, as `fleet` waits for discovery.
+    for p in &ps {
+        discovered(&p.client).await;
+        eventually("the replica sees Redis up", || async { (cluster_state(p)["redis"] == "up").then_some(()) }).await;
+    }
     for uri in ["docs+docs://item/1", "docs+docs://item/2", "wiki+wiki://item/1"] {
         assert_eq!(ps[0].client.request("resources/read", read(uri)).await.cache(), "miss");
         assert_eq!(ps[1].client.request("resources/read", read(uri)).await.cache(), "hit", "{uri} shared");
