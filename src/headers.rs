@@ -103,15 +103,9 @@ impl KnownNames for Known {
 /// The three mirrored headers the spec's validation compares with the body, read in one pass
 /// over the headers as they were read.
 pub fn mirrored(headers: Headers<'_>) -> Mirrored<'_> {
-    fn seen(value: Option<Result<&str, NotVisible>>) -> Seen<'_> {
-        match value {
-            None => Seen::Absent,
-            Some(Err(NotVisible)) => Seen::NotVisible,
-            Some(Ok(text)) => Seen::Text(text),
-        }
-    }
-    let [version, method, name] = headers.visible_many([Known::ProtocolVersion, Known::Method, Known::Name]);
-    Mirrored { version: seen(version), method: seen(method), name: seen(name) }
+    let [version, method, name] =
+        headers.visible_many([Known::ProtocolVersion, Known::Method, Known::Name]).map(Seen::of_text);
+    Mirrored { version, method, name }
 }
 
 #[cfg(test)]

@@ -47,12 +47,18 @@ pub enum Seen<'a> {
 }
 
 impl<'a> Seen<'a> {
-    fn of(value: Option<&'a http::HeaderValue>) -> Self {
-        match value.map(http::HeaderValue::to_str) {
+    /// A header's first value as a transport reads it: absent, or its text when it is visible
+    /// ASCII (whatever the transport's error for one that is not).
+    pub fn of_text<E>(value: Option<Result<&'a str, E>>) -> Self {
+        match value {
             None => Seen::Absent,
             Some(Ok(text)) => Seen::Text(text),
             Some(Err(_)) => Seen::NotVisible,
         }
+    }
+
+    fn of(value: Option<&'a http::HeaderValue>) -> Self {
+        Self::of_text(value.map(http::HeaderValue::to_str))
     }
 }
 
