@@ -170,6 +170,7 @@ impl Admin {
             "redis": if redis_up { "up" } else { "degraded" },
             "redis_mode": if cluster.is_redis_cluster() { "cluster" } else { "standalone" },
             "replica": cluster.replica(),
+            "live_replicas": &*cluster.live_replicas(),
             "listen_roles": roles,
             "listen_holders": holders,
             "l2_hits": n(&s.l2_hits),

@@ -204,18 +204,27 @@ pub(crate) async fn a_killed_replicas_listens_move_within_the_lease(at: Shared<'
     let mut victim = None;
     for _ in 0..4 {
         let process = process_replica(&ups, at).await;
-        // Settled: both survivors agree on every holder, and each upstream listens once.
-        let holders = eventually("every upstream has one holder, agreed by all", || {
+        // Settled: both survivors see exactly the three live replicas (a victim started
+        // before has expired), agree on every holder, each holder is the one the hash prefers
+        // among the three, and each upstream listens once.
+        let holders = eventually("every upstream has the preferred holder, agreed by all", || {
             let states: Vec<Value> = ps.iter().map(cluster_state).collect();
             let open: Vec<u64> = ups.iter().map(|u| u.sample.listens_open()).collect();
-            let names = names.clone();
+            let (names, ids) = (names.clone(), ids.clone());
             async move {
+                let live: Vec<String> = serde_json::from_value(states[0]["live_replicas"].clone()).ok()?;
+                let agreed_live = states.iter().all(|s| s["live_replicas"] == states[0]["live_replicas"]);
+                if live.len() != 3 || !agreed_live || !ids.iter().all(|id| live.contains(id)) {
+                    return None;
+                }
                 let holders: Vec<String> = names
                     .iter()
                     .map(|n| states[0]["listen_holders"][n].as_str().map(str::to_owned))
                     .collect::<Option<_>>()?;
                 let agreed = names.iter().zip(&holders).all(|(n, h)| states[1]["listen_holders"][n] == h.as_str());
-                (agreed && open.iter().all(|n| *n == 1)).then_some(holders)
+                let preferred = (names.iter().zip(&holders))
+                    .all(|(n, h)| resmux::cluster::preferred_listen_holder(n, &live) == Some(h.as_str()));
+                (agreed && preferred && open.iter().all(|n| *n == 1)).then_some(holders)
             }
         })
         .await;

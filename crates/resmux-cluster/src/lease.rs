@@ -208,7 +208,15 @@ impl Cluster {
         p.cmd("ZADD").arg(&key).arg(now).arg(&*self.0.replica).ignore();
         p.cmd("ZREMRANGEBYSCORE").arg(&key).arg("-inf").arg(format!("({forget}")).ignore();
         p.cmd("ZRANGEBYSCORE").arg(&key).arg(now.saturating_sub(px)).arg("+inf");
-        let (live,): (Vec<String>,) = self.run_pipeline("heartbeat", &p).await?;
+        let (mut live,): (Vec<String>,) = self.run_pipeline("heartbeat", &p).await?;
+        live.sort_unstable();
+        self.0.live.send_if_modified(|old| {
+            let changed = **old != *live;
+            if changed {
+                *old = Arc::from(live.as_slice());
+            }
+            changed
+        });
         Ok(live)
     }
 
@@ -339,6 +347,12 @@ impl Cluster {
             }
             changed
         });
+    }
+
+    /// The live replicas (ids, sorted), as the last heartbeat saw them: the set leases are
+    /// spread over.
+    pub fn live_replicas(&self) -> Arc<[String]> {
+        self.0.live.borrow().clone()
     }
 
     /// The replica holding upstream `index`'s listen, as last seen (`None`: none known).

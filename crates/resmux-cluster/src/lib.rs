@@ -129,6 +129,8 @@ struct Inner {
     roles: Vec<watch::Sender<Role>>,
     /// Per upstream: the replica holding its listen, as the lease keeper last saw it.
     holders: Vec<watch::Sender<Option<Arc<str>>>>,
+    /// The live replicas, as the lease keeper's last heartbeat saw them.
+    live: watch::Sender<Arc<[String]>>,
     /// Wakes the lease keeper for a round now (another replica claimed a lease held here).
     keeper_now: tokio::sync::Notify,
     /// Flight leaders waiting here for another replica's fill.
@@ -190,6 +192,7 @@ impl Cluster {
             ended_sessions: tokio::sync::broadcast::channel(256).0,
             roles: (0..n).map(|_| watch::channel(Role::Follower).0).collect(),
             holders: (0..n).map(|_| watch::channel(None).0).collect(),
+            live: watch::channel(Arc::from([])).0,
             keeper_now: tokio::sync::Notify::new(),
             fill_waiters: fillwait::Waiters::default(),
             remote: (0..n).map(|_| watch::channel(Filter::default()).0).collect(),
