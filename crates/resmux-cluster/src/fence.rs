@@ -1,0 +1,132 @@
+//! Fencing of the listen holders' bus events, per upstream.
+//!
+//! Every event of a holder carries its lease token. A follower admits an event whose token is
+//! at least the highest it has admitted, so a holder that lost its lease while paused cannot
+//! publish stale changes after its successor started.
+//!
+//! That order holds only while Redis never forgets a token it issued. Replication to a Redis
+//! Cluster replica is asynchronous: a promoted replica may lack its dead master's last writes,
+//! or all of them while its first sync was still under way. The lease script therefore issues
+//! tokens no lower than the server's clock in ms (see `lease.rs`), which keeps the order as
+//! long as the promoted node's clock is not behind the dead one's by more than the failover
+//! took. Past that bound a follower would drop the new holder's events forever, so it also
+//! re-baselines on evidence read from Redis itself: a lease whose token is lower than one the
+//! follower had admitted before it read the lease is proof of lost writes (without loss, the
+//! lease always carries the highest token issued). It then admits the token Redis names as the
+//! holder's now, and nothing else up to the highest token admitted before the loss, so a
+//! deposed holder's late events are still dropped; the hub resyncs the listeners for what was
+//! dropped until then. The bus alone never lowers the fence: a message names any token its
+//! sender likes.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::mpsc;
+
+use super::{Cluster, Event, Inbound};
+
+/// One upstream's fence, as one follower keeps it.
+#[derive(Default, Debug)]
+pub(super) struct Fence {
+    /// Events with a token below this are dropped (unless `current` names them).
+    floor: AtomicU64,
+    /// The token of the lease as this replica last read it from Redis (0: none there).
+    current: AtomicU64,
+}
+
+impl Fence {
+    /// Whether an event carrying `token` is admitted (raising the floor to it).
+    pub(super) fn admits(&self, token: u64) -> bool {
+        token >= self.floor.fetch_max(token, Ordering::AcqRel)
+            || (token != 0 && token == self.current.load(Ordering::Acquire))
+    }
+
+    /// The floor, read before a lease read so that [`Fence::lease_read`] can tell a lost
+    /// write from a lease that changed meanwhile.
+    pub(super) fn floor(&self) -> u64 {
+        self.floor.load(Ordering::Acquire)
+    }
+
+    /// This replica holds the lease with `token`.
+    pub(super) fn held(&self, token: u64) {
+        self.floor.fetch_max(token, Ordering::AcqRel);
+        self.current.store(token, Ordering::Release);
+    }
+
+    /// The lease carried `token` (`None`: no lease) when read after the floor was
+    /// `floor_before`. Whether that is evidence of lost writes (the fence was re-baselined).
+    pub(super) fn lease_read(&self, token: Option<u64>, floor_before: u64) -> bool {
+        let token = token.unwrap_or(0);
+        self.current.store(token, Ordering::Release);
+        let lost = token != 0 && token < floor_before;
+        // Without a loss, the holder Redis names has the highest token: every lower one is
+        // deposed, whether or not this replica heard of the new holder on the bus yet. After
+        // a loss, every token admitted so far may be a deposed holder's: only `current`
+        // passes below the old highest plus one.
+        let floor = if lost { floor_before.saturating_add(1) } else { token };
+        self.floor.fetch_max(floor, Ordering::AcqRel);
+        lost
+    }
+}
+
+impl Cluster {
+    /// Records what upstream `index`'s lease held when read (its value `replica:token`, or
+    /// none), for the admin view and the fence; `floor_before` is the fence's floor read
+    /// before the lease was.
+    pub(super) fn lease_read(&self, index: usize, lease: Option<&str>, floor_before: u64) {
+        self.note_holder(index, lease);
+        let token = lease.and_then(|v| v.rsplit_once(':')).and_then(|(_, t)| t.parse().ok());
+        if self.0.fence[index].lease_read(token, floor_before) {
+            self.0.stats.fence_rebaselines.fetch_add(1, Ordering::Relaxed);
+            // The new holder's events up to now were dropped: its listeners resync.
+            let resync = Inbound::Event { upstream: index, event: Event::Resync };
+            if let Err(mpsc::error::TrySendError::Full(resync)) = self.0.inbox.try_send(resync) {
+                let inbox = self.0.inbox.clone();
+                tokio::spawn(async move { inbox.send(resync).await });
+            }
+            tracing::warn!(
+                upstream = &*self.0.upstreams[index],
+                token,
+                floor_before,
+                "the listen lease's token is below one already seen: Redis lost writes (a failover?); \
+                 following the holder it names now"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deposed_holder_is_dropped_and_a_lower_token_read_from_redis_is_followed() {
+        let f = Fence::default();
+        assert!(f.admits(5));
+        assert!(f.admits(5));
+        assert!(f.admits(9), "a later holder");
+        assert!(!f.admits(5), "the deposed holder's late event");
+        // A lease read without loss changes nothing.
+        assert!(!f.lease_read(Some(9), f.floor()));
+        // Redis lost the writes that issued 9: a new holder got 7.
+        let before = f.floor();
+        assert!(!f.admits(7), "the bus alone never lowers the fence");
+        assert!(f.lease_read(Some(7), before));
+        assert!(f.admits(7), "the holder Redis names now");
+        assert!(!f.admits(9), "the holder from before the loss is deposed");
+        assert!(!f.admits(8));
+        assert!(f.admits(10), "a token above every earlier one");
+        // A lease read raises the floor before any event of its holder arrived.
+        assert!(!f.lease_read(Some(20), f.floor()));
+        assert!(!f.admits(10), "deposed by the holder Redis names");
+        assert!(f.admits(20));
+        // A lease read that raced a newer holder's first events is not evidence.
+        let g = Fence::default();
+        let before = g.floor();
+        assert!(g.admits(12));
+        assert!(!g.lease_read(Some(11), before));
+        assert!(g.admits(12));
+        // No lease: nobody is admitted by name.
+        assert!(!g.lease_read(None, g.floor()));
+        assert!(!g.admits(0));
+    }
+}
