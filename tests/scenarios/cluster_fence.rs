@@ -35,8 +35,21 @@ async fn lost_writes(clock_ahead: bool) {
     let up = sample_http(SampleSpec::generated("docs", 5)).await;
     let ps = fleet(&[&up], Shared::One(&redis), 2).await;
     let refs: Vec<&Proxy> = ps.iter().collect();
-    holder(&refs, "docs").await;
-    let (_, old) = lease(&redis).await.expect("a lease");
+    // Settled: both replicas live, and the lease names the holder the hash prefers.
+    for p in &ps {
+        eventually("both replicas are live", || {
+            let n = cluster_state(p)["live_replicas"].as_array().map_or(0, Vec::len);
+            async move { (n == 2).then_some(()) }
+        })
+        .await;
+    }
+    let h = holder(&refs, "docs").await;
+    let id = cluster_state(&ps[h])["replica"].as_str().unwrap().to_owned();
+    let old = eventually("the lease names the holder", || {
+        let (redis, id) = (&redis, &id);
+        async move { lease(redis).await.filter(|(r, _)| r == id).map(|(_, t)| t) }
+    })
+    .await;
     let status = up.sample.status_uri().to_owned();
 
     // The loss.

@@ -18,7 +18,7 @@
 //! dropped until then. The bus alone never lowers the fence: a message names any token its
 //! sender likes.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tokio::sync::mpsc;
 
@@ -29,15 +29,22 @@ use super::{Cluster, Event, Inbound};
 pub(super) struct Fence {
     /// Events with a token below this are dropped (unless `current` names them).
     floor: AtomicU64,
-    /// The token of the lease as this replica last read it from Redis (0: none there).
+    /// After a loss of writes, the token of the holder Redis names, below the floor (0: none).
     current: AtomicU64,
+    /// Whether this replica had seen another holder's token when it last took the lease.
+    took_over: AtomicBool,
 }
 
 impl Fence {
     /// Whether an event carrying `token` is admitted (raising the floor to it).
     pub(super) fn admits(&self, token: u64) -> bool {
-        token >= self.floor.fetch_max(token, Ordering::AcqRel)
-            || (token != 0 && token == self.current.load(Ordering::Acquire))
+        let floor = self.floor.fetch_max(token, Ordering::AcqRel);
+        if token >= floor && self.current.load(Ordering::Acquire) != 0 {
+            // A holder at or above the floor (which a loss raised past every earlier token):
+            // the one followed after the loss is deposed.
+            self.current.store(0, Ordering::Release);
+        }
+        token >= floor || (token != 0 && token == self.current.load(Ordering::Acquire))
     }
 
     /// The floor, read before a lease read so that [`Fence::lease_read`] can tell a lost
@@ -48,27 +55,41 @@ impl Fence {
 
     /// This replica holds the lease with `token`.
     pub(super) fn held(&self, token: u64) {
-        self.floor.fetch_max(token, Ordering::AcqRel);
-        self.current.store(token, Ordering::Release);
+        let before = self.floor.fetch_max(token, Ordering::AcqRel);
+        self.took_over.store(before != 0, Ordering::Release);
+        self.current.store(0, Ordering::Release);
     }
 
     /// The lease carried `token` (`None`: no lease) when read after the floor was
-    /// `floor_before`. Whether that is evidence of lost writes (the fence was re-baselined).
+    /// `floor_before`. Whether that is new evidence of lost writes (the fence was
+    /// re-baselined).
     pub(super) fn lease_read(&self, token: Option<u64>, floor_before: u64) -> bool {
         let token = token.unwrap_or(0);
-        self.current.store(token, Ordering::Release);
-        let lost = token != 0 && token < floor_before;
-        // Without a loss, the holder Redis names has the highest token: every lower one is
-        // deposed, whether or not this replica heard of the new holder on the bus yet. After
-        // a loss, every token admitted so far may be a deposed holder's: only `current`
-        // passes below the old highest plus one.
-        let floor = if lost { floor_before.saturating_add(1) } else { token };
-        self.floor.fetch_max(floor, Ordering::AcqRel);
-        lost
+        if token == 0 || token >= floor_before {
+            // Without a loss, the holder Redis names has the highest token: every lower one
+            // is deposed, whether or not this replica heard of the new holder on the bus yet.
+            self.floor.fetch_max(token, Ordering::AcqRel);
+            self.current.store(0, Ordering::Release);
+            return false;
+        }
+        if self.current.swap(token, Ordering::AcqRel) == token {
+            return false;
+        }
+        // Every token admitted so far may be a deposed holder's: only `current` passes below
+        // the old highest plus one.
+        self.floor.fetch_max(floor_before.saturating_add(1), Ordering::AcqRel);
+        true
     }
 }
 
 impl Cluster {
+    /// Whether this replica, holding upstream `index`'s lease, took it over from another
+    /// holder it knew of (rather than taking the first lease it ever saw, at a fleet's start):
+    /// what the predecessor saw last is unknown, so the followers must resync.
+    pub fn took_over(&self, index: usize) -> bool {
+        self.0.fence[index].took_over.load(Ordering::Acquire)
+    }
+
     /// Records what upstream `index`'s lease held when read (its value `replica:token`, or
     /// none), for the admin view and the fence; `floor_before` is the fence's floor read
     /// before the lease was.
@@ -107,14 +128,17 @@ mod tests {
         assert!(!f.admits(5), "the deposed holder's late event");
         // A lease read without loss changes nothing.
         assert!(!f.lease_read(Some(9), f.floor()));
+        assert!(!f.admits(5));
         // Redis lost the writes that issued 9: a new holder got 7.
         let before = f.floor();
         assert!(!f.admits(7), "the bus alone never lowers the fence");
         assert!(f.lease_read(Some(7), before));
+        assert!(!f.lease_read(Some(7), f.floor()), "the same evidence counts once");
         assert!(f.admits(7), "the holder Redis names now");
         assert!(!f.admits(9), "the holder from before the loss is deposed");
         assert!(!f.admits(8));
         assert!(f.admits(10), "a token above every earlier one");
+        assert!(!f.admits(7), "the holder followed after the loss is deposed in turn");
         // A lease read raises the floor before any event of its holder arrived.
         assert!(!f.lease_read(Some(20), f.floor()));
         assert!(!f.admits(10), "deposed by the holder Redis names");
@@ -125,8 +149,12 @@ mod tests {
         assert!(g.admits(12));
         assert!(!g.lease_read(Some(11), before));
         assert!(g.admits(12));
-        // No lease: nobody is admitted by name.
+        assert!(!g.admits(11));
+        // This replica's own lease, once lost, does not admit its token by name.
+        g.held(30);
         assert!(!g.lease_read(None, g.floor()));
+        assert!(g.admits(31));
+        assert!(!g.admits(30));
         assert!(!g.admits(0));
     }
 }
