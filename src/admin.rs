@@ -184,6 +184,8 @@ impl Admin {
             "events_dropped": n(&s.dropped),
             "events_fenced": n(&s.fenced),
             "fence_rebaselines": n(&s.fence_rebaselines),
+            "interest_calls": n(&s.interest_calls),
+            "interest_bytes": n(&s.interest_bytes),
             "errors": n(&s.errors),
         })
     }

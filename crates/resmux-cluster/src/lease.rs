@@ -150,7 +150,13 @@ impl Cluster {
         changed: bool,
     ) -> Result<(), super::ClusterError> {
         let key = format!("{}:interest", self.tag(index));
-        let cmd = redis::cmd("HSET").arg(&key).arg(&*self.0.replica).arg(filter.to_json().to_string()).to_owned();
+        let text = filter.to_json().to_string();
+        self.0.stats.interest_calls.fetch_add(1, Ordering::Relaxed);
+        self.0
+            .stats
+            .interest_bytes
+            .fetch_add((key.len() + self.0.replica.len() + text.len()) as u64, Ordering::Relaxed);
+        let cmd = redis::cmd("HSET").arg(&key).arg(&*self.0.replica).arg(text).to_owned();
         let _: u64 = self.query("HSET interest", &cmd).await?;
         if changed {
             self.announce(index, super::Event::Interest);
@@ -166,6 +172,9 @@ impl Cluster {
         }
         let key = format!("{}:interest", self.tag(index));
         let all: HashMap<String, String> = self.query("HGETALL interest", redis::cmd("HGETALL").arg(&key)).await?;
+        let got: usize = all.iter().map(|(k, v)| k.len() + v.len()).sum();
+        self.0.stats.interest_calls.fetch_add(2, Ordering::Relaxed);
+        self.0.stats.interest_bytes.fetch_add((key.len() + got) as u64, Ordering::Relaxed);
         let since = now_ms().saturating_sub(3 * self.0.config.lease_ttl.as_millis() as u64);
         let alive: Vec<String> = self
             .query("ZRANGEBYSCORE", redis::cmd("ZRANGEBYSCORE").arg(self.replicas_key()).arg(since).arg("+inf"))

@@ -97,6 +97,11 @@ pub struct Stats {
     /// Lease tokens read from Redis below one already admitted: Redis lost writes (a failover
     /// to a replica that lacked them), and the fence now follows the holder Redis names.
     pub fence_rebaselines: AtomicU64,
+    /// Redis calls made for interest (writes, reads, announcements).
+    pub interest_calls: AtomicU64,
+    /// Payload bytes of those calls, both ways (keys, fields, values; not the protocol's
+    /// framing).
+    pub interest_bytes: AtomicU64,
     pub lease_acquired: AtomicU64,
     pub lease_lost: AtomicU64,
 }
