@@ -76,3 +76,48 @@ async fn an_added_and_a_removed_uri_on_one_replica_reach_the_holders_upstream_li
     );
     drop(listens);
 }
+
+/// The holder applies a notice that does not match the sender's set in Redis (as if the
+/// removal had reached it but not the additions since, or a notice were lost): its upstream
+/// listen is wrong until its next full read, every `interest_resync`, which repairs it.
+#[tokio::test]
+async fn a_lost_interest_change_is_repaired_by_the_resync() {
+    let redis = Redis::start().await;
+    let up = sample_http(SampleSpec::generated("docs", 5)).await;
+    let mut ps = Vec::new();
+    for _ in 0..2 {
+        let mut c = fleet_config(&[&up], Shared::One(&redis));
+        c.cluster.interest_resync = Duration::from_millis(1500);
+        ps.push(Proxy::start(c).await);
+    }
+    for p in &ps {
+        discovered(&p.client).await;
+    }
+    let h = holder(&ps.iter().collect::<Vec<_>>(), "docs").await;
+    let f = &ps[1 - h];
+    let uris = ["docs://item/1", "docs://item/2"];
+    let mut l = f.client.listen(json!("L"), json!({"resourceSubscriptions": uris})).await.unwrap();
+    assert_eq!(l.next().await["method"], "notifications/subscriptions/acknowledged");
+    upstream_subscribed(&up, &uris).await;
+
+    let applied = cluster_state(&ps[h])["interest_deltas"].as_u64().unwrap();
+    let wrong = json!({ "r": cluster_state(f)["replica"], "u": "docs", "k": "interest", "add": [], "del": [uris[1]] });
+    let mut conn = redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let _: u64 =
+        redis::cmd("PUBLISH").arg("resmux:{docs}:bus").arg(wrong.to_string()).query_async(&mut conn).await.unwrap();
+    let resyncs =
+        eventually("the holder applied the notice", || {
+            let s = cluster_state(&ps[h]);
+            async move {
+                (s["interest_deltas"].as_u64().unwrap() > applied).then(|| s["interest_resyncs"].as_u64().unwrap())
+            }
+        })
+        .await;
+    eventually("the holder read every replica's interest again", || {
+        let n = cluster_state(&ps[h])["interest_resyncs"].as_u64().unwrap();
+        async move { (n > resyncs).then_some(()) }
+    })
+    .await;
+    upstream_subscribed(&up, &uris).await;
+    drop(l);
+}
