@@ -156,18 +156,17 @@ impl Cluster {
     pub async fn publish_interest(&self, index: usize, filter: &Filter) -> Result<(), ClusterError> {
         let now = members(filter);
         let resync = self.0.config.interest_resync;
-        let (whole, add, del) = {
+        // A rewrite that follows a failed or first write is announced: the holder cannot know
+        // what it missed. A periodic one is not: the holder reads every set at its own.
+        let (whole, announce_whole, add, del) = {
             let mine = self.0.interest[index].mine.lock().expect("interest");
             match &mine.members {
                 Some(prev) if mine.whole_at.is_some_and(|t| t.elapsed() < resync) => {
-                    (false, now.difference(prev).cloned().collect(), prev.difference(&now).cloned().collect())
+                    (false, false, now.difference(prev).cloned().collect(), prev.difference(&now).cloned().collect())
                 }
-                _ => (true, Vec::new(), Vec::new()),
+                prev => (true, prev.is_none(), Vec::new(), Vec::new()),
             }
         };
-        // A rewrite that follows a failed or first write is announced: the holder cannot know
-        // what it missed. A periodic one is not: the holder reads every set at its own.
-        let announce_whole = whole && self.0.interest[index].mine.lock().expect("interest").members.is_none();
         let key = self.interest_key(index, &self.0.replica);
         let px = 3 * self.0.config.lease_ttl.as_millis() as u64;
         let mut p = redis::pipe();
@@ -258,6 +257,12 @@ impl Cluster {
             changed
         });
         false
+    }
+
+    /// This replica took upstream `index`'s lease: what it kept of the others' interest from
+    /// an earlier time may be stale, so its keeper reads every set at once.
+    pub(super) fn interest_taken(&self, index: usize) {
+        *self.0.interest[index].views.lock().expect("interest") = Views::default();
     }
 
     /// The bus had a gap: holders read every set again at their next round.

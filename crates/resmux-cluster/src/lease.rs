@@ -123,6 +123,7 @@ impl Cluster {
                 Role::Holder(token) => {
                     self.0.stats.lease_acquired.fetch_add(1, Ordering::Relaxed);
                     self.0.fence[index].held(token);
+                    self.interest_taken(index);
                     tracing::info!(upstream = name, token, "holding the upstream listen lease");
                 }
                 Role::Follower if matches!(old, Role::Holder(_)) => {
