@@ -34,16 +34,7 @@ async fn lost_writes(clock_ahead: bool) {
     let _: () = redis::cmd("SET").arg(FENCE).arg(issued).query_async(&mut conn).await.unwrap();
     let up = sample_http(SampleSpec::generated("docs", 5)).await;
     let ps = fleet(&[&up], Shared::One(&redis), 2).await;
-    let refs: Vec<&Proxy> = ps.iter().collect();
-    // Settled: both replicas live, and the lease names the holder the hash prefers.
-    for p in &ps {
-        eventually("both replicas are live", || {
-            let n = cluster_state(p)["live_replicas"].as_array().map_or(0, Vec::len);
-            async move { (n == 2).then_some(()) }
-        })
-        .await;
-    }
-    let h = holder(&refs, "docs").await;
+    let h = settled_holder(&ps, "docs").await;
     let id = cluster_state(&ps[h])["replica"].as_str().unwrap().to_owned();
     let old = eventually("the lease names the holder", || {
         let (redis, id) = (&redis, &id);
@@ -60,7 +51,7 @@ async fn lost_writes(clock_ahead: bool) {
     })
     .await;
     assert_eq!(new < old, clock_ahead, "the new token {new} against {old}");
-    let h = holder(&refs, "docs").await;
+    let h = settled_holder(&ps, "docs").await;
     let f = &ps[1 - h];
     // The holder as it was before the loss, with its old token.
     let deposed = cluster_state(&ps[h])["replica"].clone();

@@ -37,7 +37,7 @@ async fn an_added_and_a_removed_uri_on_one_replica_reach_the_holders_upstream_li
     let redis = Redis::start().await;
     let up = sample_http(SampleSpec::generated("docs", 2 * K + 10)).await;
     let ps = fleet(&[&up], Shared::One(&redis), 3).await;
-    let h = holder(&ps.iter().collect::<Vec<_>>(), "docs").await;
+    let h = settled_holder(&ps, "docs").await;
     let f = (h + 1) % ps.len();
     let mut union = Vec::new();
     let mut listens = Vec::new();
@@ -93,7 +93,7 @@ async fn a_lost_interest_change_is_repaired_by_the_resync() {
     for p in &ps {
         discovered(&p.client).await;
     }
-    let h = holder(&ps.iter().collect::<Vec<_>>(), "docs").await;
+    let h = settled_holder(&ps, "docs").await;
     let f = &ps[1 - h];
     let uris = ["docs://item/1", "docs://item/2"];
     let mut l = f.client.listen(json!("L"), json!({"resourceSubscriptions": uris})).await.unwrap();
