@@ -10,7 +10,6 @@ mod cache;
 mod cluster;
 mod cluster_fence;
 mod cluster_fleet;
-mod cluster_interest;
 mod cluster_sharded;
 mod cluster_spread;
 mod credentials;
