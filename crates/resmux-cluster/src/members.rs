@@ -1,0 +1,130 @@
+//! Which upstream each slot stands for in the cluster, and how a reload changes that.
+//!
+//! The proxy names its upstreams by slot (a reload starts added and changed upstreams in free
+//! slots and retires the old ones), while replicas name an upstream by its name and its
+//! *generation*: a keyed digest of what decides its content (where it lives, how the proxy
+//! authenticates to it, what may be shared of it). Every Redis key, the lease, the interest
+//! hash and the bus channel of an upstream sit under `<prefix>{name}:g<generation>`, so:
+//!
+//! - replicas whose configs for an upstream agree share its lease, interest and values;
+//! - a changed URL or credential is another generation: nothing fetched from the old target is
+//!   served for the new one, and replicas on different files during a rolling reload run one
+//!   listen per generation instead of following a listen on a target they do not use;
+//! - a replica ignores events for a name or generation it does not run (it is not subscribed
+//!   to their channel, and the payload's name and generation are checked too).
+//!
+//! The `{name}` hash tag stays the bare name, so a Redis Cluster keeps every generation of an
+//! upstream in the slot its operators know it by.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use arc_swap::ArcSwap;
+
+use super::Cluster;
+use super::lease::Role;
+use resmux_proto::mcp::notify::Filter;
+
+/// What one slot stands for.
+#[derive(Debug)]
+pub(super) struct Member {
+    pub(super) name: Arc<str>,
+    /// Keyed digest of the upstream's content identity (hex).
+    pub(super) generation: String,
+    /// `<prefix>{name}:g<generation>`: the start of every Redis name of the upstream.
+    pub(super) tag: String,
+    /// Whether the slot runs now (installed and not retired). A retired slot keeps its names
+    /// so that requests still draining there address the same keys.
+    pub(super) active: bool,
+}
+
+impl Member {
+    pub(super) fn vacant() -> Self {
+        Self { name: Arc::from(""), generation: String::new(), tag: String::new(), active: false }
+    }
+
+    fn same_upstream(&self, other: &Member) -> bool {
+        self.name == other.name && self.generation == other.generation
+    }
+}
+
+pub(super) type Members = Vec<ArcSwap<Member>>;
+
+impl Cluster {
+    pub(super) fn member(&self, slot: usize) -> Arc<Member> {
+        self.0.members.get(slot).map_or_else(|| Arc::new(Member::vacant()), |m| m.load_full())
+    }
+
+    /// The slots running now.
+    pub(super) fn active_slots(&self) -> Vec<usize> {
+        (0..self.0.members.len()).filter(|&i| self.0.members[i].load().active).collect()
+    }
+
+    /// The running slots that stand for upstream `name` at `generation` (two while a reload
+    /// replaces an upstream whose content identity did not change).
+    pub(super) fn slots_of(&self, name: &str, generation: &str) -> Vec<usize> {
+        let found = |m: &Member| m.active && &*m.name == name && m.generation == generation;
+        (0..self.0.members.len()).filter(|&i| found(&self.0.members[i].load())).collect()
+    }
+
+    /// A running slot other than `except` standing for the same upstream as `member`.
+    fn twin(&self, member: &Member, except: usize) -> Option<usize> {
+        (0..self.0.members.len()).filter(|&i| i != except).find(|&i| {
+            let m = self.0.members[i].load();
+            m.active && m.same_upstream(member)
+        })
+    }
+
+    /// Puts upstream `name` in `slot`; `identity` is what decides its content (the proxy's
+    /// rendering of its target, credential and sharing policy), never stored raw. Its lease,
+    /// interest and bus channel follow from the next keeper round, run at once.
+    pub fn install(&self, slot: usize, name: &str, identity: &[u8]) {
+        let Some(cell) = self.0.members.get(slot) else { return };
+        let generation = self.digest(&[name.as_bytes(), identity]);
+        let tag = format!("{}{{{name}}}:g{generation}", self.0.config.prefix);
+        cell.store(Arc::new(Member { name: Arc::from(name), generation, tag, active: true }));
+        // A replacement whose identity did not change holds what its twin holds from the start,
+        // so its listen opens before the swap as on a single replica.
+        let twin = self.twin(&cell.load(), slot);
+        let role = twin.map_or(Role::Follower, |t| *self.0.roles[t].borrow());
+        self.0.roles[slot].send_replace(role);
+        self.0.holders[slot].send_replace(twin.and_then(|t| self.0.holders[t].borrow().clone()));
+        self.0.remote[slot].send_replace(twin.map(|t| self.0.remote[t].borrow().clone()).unwrap_or_default());
+        self.0.fence[slot].store(twin.map_or(0, |t| self.0.fence[t].load(Ordering::Acquire)), Ordering::Release);
+        self.0.channels_changed.send_modify(|n| *n += 1);
+        self.0.keeper_now.notify_one();
+        tracing::info!(upstream = name, slot, "upstream joined the cluster");
+    }
+
+    /// Takes `slot` out of the cluster: unless another running slot stands for the same
+    /// upstream, its lease is released now (another replica that runs it takes over at once
+    /// rather than at the expiry), its interest field is dropped and the holder told, and its
+    /// bus channel is no longer heard.
+    pub async fn retire(&self, slot: usize) {
+        let Some(cell) = self.0.members.get(slot) else { return };
+        let member = cell.load_full();
+        if !member.active {
+            return;
+        }
+        let names = (member.name.clone(), member.generation.clone(), member.tag.clone());
+        cell.store(Arc::new(Member { name: names.0, generation: names.1, tag: names.2, active: false }));
+        let held = self.held_fence(slot);
+        // Quietly: this is no lost lease, and the slot's feed is stopping anyway.
+        self.0.roles[slot].send_replace(Role::Follower);
+        self.0.holders[slot].send_replace(None);
+        self.0.remote[slot].send_replace(Filter::default());
+        self.0.channels_changed.send_modify(|n| *n += 1);
+        if self.twin(&member, slot).is_some() {
+            return;
+        }
+        if let Some(token) = held {
+            self.release(&member.tag, token).await;
+        }
+        let key = format!("{}:interest", member.tag);
+        let cmd = redis::cmd("HDEL").arg(&key).arg(&*self.0.replica).to_owned();
+        if self.query::<u64>("HDEL interest", &cmd).await.is_ok() {
+            self.announce(slot, super::Event::Interest);
+        }
+        tracing::info!(upstream = &*member.name, slot, "upstream left the cluster");
+    }
+}
