@@ -314,6 +314,15 @@ impl Cluster {
                     match self.query::<Option<String>>("GET lease", redis::cmd("GET").arg(&lease)).await {
                         Ok(holder) => {
                             track.vacant = if holder.is_some() { 0 } else { track.vacant.saturating_add(1) };
+                            // Free, and the preferred replica does not run this upstream (a
+                            // rolling reload): taken next round rather than after the wait.
+                            if holder.is_none()
+                                && let Some(choice) = choice
+                                && !self.runs(&member.tag, choice).await
+                            {
+                                track.vacant = VACANT_ROUNDS;
+                                claimed = true;
+                            }
                             self.note_holder(i, holder.as_deref());
                             // A solo replica keeps its own listen until a holder is there.
                             if holder.is_some() { Role::Follower } else { role }
@@ -357,6 +366,13 @@ impl Cluster {
         if self.held_fence(index).is_some() {
             self.0.keeper_now.notify_one();
         }
+    }
+
+    /// Whether `replica` runs the upstream under `tag` (it publishes its interest there); an
+    /// unanswered read counts as yes, which only keeps the usual wait for a free lease.
+    async fn runs(&self, tag: &str, replica: &str) -> bool {
+        let cmd = redis::cmd("HEXISTS").arg(format!("{tag}:interest")).arg(replica).to_owned();
+        self.query::<bool>("HEXISTS interest", &cmd).await.unwrap_or(true)
     }
 
     /// Releases the lease under `tag` if this replica still holds it with `token`.
