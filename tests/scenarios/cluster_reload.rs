@@ -73,11 +73,12 @@ async fn held_by_preferred(ps: &[Proxy], ids: &[String], name: &str) {
         let states: Vec<Value> = ps.iter().map(cluster_state).collect();
         let (ids, want) = (ids.to_vec(), want.clone());
         async move {
-            (states.iter().zip(&ids)).all(|(s, id)| {
-                let role = if *id == want { "holder" } else { "follower" };
-                s["listen_holders"][name] == want.as_str() && s["listen_roles"][name] == role
-            })
-            .then_some(())
+            (states.iter().zip(&ids))
+                .all(|(s, id)| {
+                    let role = if *id == want { "holder" } else { "follower" };
+                    s["listen_holders"][name] == want.as_str() && s["listen_roles"][name] == role
+                })
+                .then_some(())
         }
     })
     .await;
@@ -123,8 +124,7 @@ async fn add_remove_and_change_under_reads(at: Shared<'_>) {
     let mut gone_listens = open_listens(&ps, "gone+gone://item/1").await;
     let mut docs_listens = open_listens(&ps, "docs+docs://item/3").await;
     let stop = Arc::new(AtomicBool::new(false));
-    let readers: Vec<_> =
-        ps.iter().map(|p| tokio::spawn(keep_reading(p.client.clone(), stop.clone()))).collect();
+    let readers: Vec<_> = ps.iter().map(|p| tokio::spawn(keep_reading(p.client.clone(), stop.clone()))).collect();
 
     // 1. Add `extra`.
     roll(&ps, || replica_config(&[&docs, &wiki, &gone, &extra], at)).await;
@@ -156,8 +156,7 @@ async fn add_remove_and_change_under_reads(at: Shared<'_>) {
     let released = tokio::time::Instant::now();
     eventually("gone's lease and interest left Redis", || async {
         let ks = keys(at).await;
-        (!ks.iter().any(|k| k.contains("{gone}") && (k.ends_with(":lease") || k.ends_with(":interest"))))
-            .then_some(())
+        (!ks.iter().any(|k| k.contains("{gone}") && (k.ends_with(":lease") || k.ends_with(":interest")))).then_some(())
     })
     .await;
     let took = released.elapsed();
