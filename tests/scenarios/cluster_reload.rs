@@ -94,6 +94,15 @@ async fn open_listens(ps: &[Proxy], uri: &str) -> Vec<Listening> {
     out
 }
 
+/// Waits until each upstream has its number of upstream listens open.
+async fn open_upstream_listens(want: &[(&SampleHttp, u64)], what: &str) {
+    eventually(what, || {
+        let open = want.iter().all(|(up, n)| up.sample.listens_open() == *n);
+        async move { open.then_some(()) }
+    })
+    .await;
+}
+
 /// Touches `uri` on `up` (upstream form) and waits for every listen to hear it.
 async fn changes_reach_everyone(up: &SampleHttp, listens: &mut [Listening], name: &str, uri: &str) {
     up.sample.touch(uri);
@@ -130,11 +139,7 @@ async fn add_remove_and_change_under_reads(at: Shared<'_>) {
     roll(&ps, || replica_config(&[&docs, &wiki, &gone, &extra], at)).await;
     held_by_preferred(&ps, &ids, "extra").await;
     let mut extra_listens = open_listens(&ps, "extra+extra://item/1").await;
-    eventually("one upstream listen for extra, fleet-wide", || {
-        let n = extra.sample.listens_open();
-        async move { (n == 1).then_some(()) }
-    })
-    .await;
+    open_upstream_listens(&[(&extra, 1)], "one upstream listen for extra, fleet-wide").await;
     changes_reach_everyone(&extra, &mut extra_listens, "extra", "extra://item/1").await;
     changes_reach_everyone(&wiki, &mut wiki_listens, "wiki", "wiki://item/2").await;
     let before = extra.sample.count("resources/read");
@@ -161,11 +166,7 @@ async fn add_remove_and_change_under_reads(at: Shared<'_>) {
     .await;
     let took = released.elapsed();
     assert!(took < LEASE / 3, "the lease was released, not left to expire ({took:?})");
-    eventually("gone's upstream listen ended", || {
-        let n = gone.sample.listens_open();
-        async move { (n == 0).then_some(()) }
-    })
-    .await;
+    open_upstream_listens(&[(&gone, 0)], "gone's upstream listen ended").await;
     changes_reach_everyone(&wiki, &mut wiki_listens, "wiki", "wiki://item/2").await;
     changes_reach_everyone(&extra, &mut extra_listens, "extra", "extra://item/1").await;
 
@@ -188,17 +189,34 @@ async fn add_remove_and_change_under_reads(at: Shared<'_>) {
         assert_eq!(n["params"]["uri"], "docs+docs://item/3");
     }
     held_by_preferred(&ps, &ids, "docs").await;
-    eventually("docs listens at the new server only, once for the fleet", || {
-        let (old, new) = (docs.sample.listens_open(), moved.sample.listens_open());
-        async move { (old == 0 && new == 1).then_some(()) }
-    })
-    .await;
+    open_upstream_listens(&[(&docs, 0), (&moved, 1)], "docs listens at the new server only, once for the fleet").await;
     changes_reach_everyone(&moved, &mut docs_listens, "docs", "docs://item/3").await;
     // Replicas that agree on the new server share its values.
     let first = ps[2].client.request("resources/read", read("docs+docs://item/2")).await;
     assert_eq!(first.cache(), "miss");
     let second = ps[1].client.request("resources/read", read("docs+docs://item/2")).await;
     assert_eq!((second.cache(), text(&second)), ("hit", text(&first)));
+    changes_reach_everyone(&wiki, &mut wiki_listens, "wiki", "wiki://item/2").await;
+
+    // 4. A change that leaves `wiki`'s content as it is (its timeout): the replaced upstream
+    // keeps its lease, its one listen and its shared values.
+    let wiki_holder = holder(&ps.iter().collect::<Vec<_>>(), "wiki").await;
+    let before = wiki.sample.count("resources/read");
+    assert_eq!(ps[0].client.request("resources/read", read("wiki+wiki://item/3")).await.cache(), "miss");
+    roll(&ps, || {
+        let mut c = replica_config(&[&moved, &wiki, &extra], at);
+        c.upstreams[1].timeout = Duration::from_secs(20);
+        c
+    })
+    .await;
+    assert_eq!(ps[1].client.request("resources/read", read("wiki+wiki://item/3")).await.cache(), "hit");
+    assert_eq!(wiki.sample.count("resources/read") - before, 1, "the replaced upstream's shared value was taken");
+    assert_eq!(holder(&ps.iter().collect::<Vec<_>>(), "wiki").await, wiki_holder);
+    open_upstream_listens(&[(&wiki, 1)], "wiki listens once for the fleet").await;
+    for l in &mut wiki_listens {
+        // Told once, by the swap: the replacement may answer differently.
+        assert_eq!(l.next_method("notifications/resources/updated").await["params"]["uri"], "wiki+wiki://item/2");
+    }
     changes_reach_everyone(&wiki, &mut wiki_listens, "wiki", "wiki://item/2").await;
 
     stop.store(true, Ordering::Relaxed);

@@ -368,13 +368,6 @@ impl Cluster {
         }
     }
 
-    /// Whether `replica` runs the upstream under `tag` (it publishes its interest there); an
-    /// unanswered read counts as yes, which only keeps the usual wait for a free lease.
-    async fn runs(&self, tag: &str, replica: &str) -> bool {
-        let cmd = redis::cmd("HEXISTS").arg(format!("{tag}:interest")).arg(replica).to_owned();
-        self.query::<bool>("HEXISTS interest", &cmd).await.unwrap_or(true)
-    }
-
     /// Releases the lease under `tag` if this replica still holds it with `token`.
     pub(super) async fn release(&self, tag: &str, token: u64) {
         let lease = format!("{tag}:lease");

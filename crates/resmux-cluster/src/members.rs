@@ -75,6 +75,13 @@ impl Cluster {
         })
     }
 
+    /// Whether `replica` runs the upstream under `tag` (it publishes its interest there); an
+    /// unanswered read counts as yes, which only keeps the usual wait for a free lease.
+    pub(super) async fn runs(&self, tag: &str, replica: &str) -> bool {
+        let cmd = redis::cmd("HEXISTS").arg(format!("{tag}:interest")).arg(replica).to_owned();
+        self.query::<bool>("HEXISTS interest", &cmd).await.unwrap_or(true)
+    }
+
     /// Puts upstream `name` in `slot`; `identity` is what decides its content (the proxy's
     /// rendering of its target, credential and sharing policy), never stored raw. Its lease,
     /// interest and bus channel follow from the next keeper round, run at once.
