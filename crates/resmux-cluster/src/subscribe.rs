@@ -168,6 +168,9 @@ async fn sharded(cluster: Cluster, nodes: &[String], cancel: CancellationToken) 
                             return;
                         }
                     }
+                    // The confirmation of a channel this replica let go (a reload retired
+                    // its upstream): nothing was lost.
+                    PushKind::SUnsubscribe if unsubscribed(&push, &have) => {}
                     // A node connection lost, or a slot moved away from the node that had
                     // the subscription: subscribe again where the cluster keeps it now.
                     PushKind::Disconnection | PushKind::SUnsubscribe => {
@@ -228,5 +231,13 @@ async fn subscribe_all(
             tracing::debug!("cluster bus: subscribe timed out");
             false
         }
+    }
+}
+
+/// Whether `push` confirms leaving a channel that is no longer wanted (not in `have`).
+fn unsubscribed(push: &PushInfo, have: &HashSet<String>) -> bool {
+    match push.data.first() {
+        Some(Value::BulkString(channel)) => std::str::from_utf8(channel).is_ok_and(|c| !have.contains(c)),
+        _ => false,
     }
 }
