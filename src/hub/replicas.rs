@@ -52,8 +52,7 @@ pub(super) fn join(hub: &Hub, cluster: &Cluster, upstream: &Upstream, stop: &Can
 /// A reload retired upstream slot `slot` (its feed and interest already stopped): it leaves
 /// the cluster, releasing its lease at once.
 pub(super) fn leave(hub: &Hub, cluster: &Cluster, slot: usize) {
-    let cluster = cluster.clone();
-    hub.0.tracker.spawn(async move { cluster.retire(slot).await });
+    hub.0.tracker.spawn(cluster.retire(slot));
 }
 
 fn following(cluster: &Cluster, index: usize) -> bool {

@@ -201,6 +201,7 @@ async fn add_remove_and_change_under_reads(at: Shared<'_>) {
     // 4. A change that leaves `wiki`'s content as it is (its timeout): the replaced upstream
     // keeps its lease, its one listen and its shared values.
     let wiki_holder = holder(&ps.iter().collect::<Vec<_>>(), "wiki").await;
+    let before = wiki.sample.count("resources/read");
     assert_eq!(ps[0].client.request("resources/read", read("wiki+wiki://item/3")).await.cache(), "miss");
     roll(&ps, || {
         let mut c = replica_config(&[&moved, &wiki, &extra], at);
@@ -210,6 +211,13 @@ async fn add_remove_and_change_under_reads(at: Shared<'_>) {
     .await;
     // Never read on that replica: a hit is the shared value, taken by the replacement.
     assert_eq!(ps[1].client.request("resources/read", read("wiki+wiki://item/3")).await.cache(), "hit");
+    // The readers' values of `wiki` were shared and stayed current: no replica asked again.
+    assert_eq!(
+        wiki.sample.count("resources/read") - before,
+        1,
+        "{} reads of wiki",
+        wiki.sample.count("resources/read") - before
+    );
     assert_eq!(holder(&ps.iter().collect::<Vec<_>>(), "wiki").await, wiki_holder);
     open_upstream_listens(&[(&wiki, 1)], "wiki listens once for the fleet").await;
     for l in &mut wiki_listens {

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use arc_swap::ArcSwap;
+use serde_json::json;
 
 use super::Cluster;
 use super::lease::Role;
@@ -103,15 +104,33 @@ impl Cluster {
         tracing::info!(upstream = name, slot, "upstream joined the cluster");
     }
 
-    /// Takes `slot` out of the cluster: unless another running slot stands for the same
-    /// upstream, its lease is released now (another replica that runs it takes over at once
-    /// rather than at the expiry), its interest field is dropped and the holder told, and its
-    /// bus channel is no longer heard.
-    pub async fn retire(&self, slot: usize) {
-        let Some(cell) = self.0.members.get(slot) else { return };
+    /// Takes `slot` out of the cluster: at once, it stops following the upstream and its bus
+    /// channel is no longer heard; unless another running slot stands for the same upstream,
+    /// the returned cleanup releases its lease (another replica that runs it takes over at once
+    /// rather than at the expiry) and drops its interest field, telling the holder.
+    pub fn retire(&self, slot: usize) -> impl Future<Output = ()> + Send + 'static {
+        let cleanup = self.deactivate(slot);
+        let cluster = self.clone();
+        async move {
+            let Some((member, held)) = cleanup else { return };
+            if let Some(token) = held {
+                cluster.release(&member.tag, token).await;
+            }
+            let told = json!({ "r": &*cluster.0.replica, "u": &*member.name, "g": &member.generation, "f": 0, "k": "interest" });
+            let mut p = redis::pipe();
+            p.cmd("HDEL").arg(format!("{}:interest", member.tag)).arg(&*cluster.0.replica).ignore();
+            p.cmd(cluster.publish_command()).arg(format!("{}:bus", member.tag)).arg(told.to_string()).ignore();
+            let _ = cluster.run_pipeline::<()>("drop interest", &p).await;
+            tracing::info!(upstream = &*member.name, slot, "upstream left the cluster");
+        }
+    }
+
+    /// Marks `slot` retired; what the cleanup must still do in Redis, unless a twin runs on.
+    fn deactivate(&self, slot: usize) -> Option<(Arc<Member>, Option<u64>)> {
+        let cell = self.0.members.get(slot)?;
         let member = cell.load_full();
         if !member.active {
-            return;
+            return None;
         }
         let names = (member.name.clone(), member.generation.clone(), member.tag.clone());
         cell.store(Arc::new(Member { name: names.0, generation: names.1, tag: names.2, active: false }));
@@ -121,17 +140,6 @@ impl Cluster {
         self.0.holders[slot].send_replace(None);
         self.0.remote[slot].send_replace(Filter::default());
         self.0.channels_changed.send_modify(|n| *n += 1);
-        if self.twin(&member, slot).is_some() {
-            return;
-        }
-        if let Some(token) = held {
-            self.release(&member.tag, token).await;
-        }
-        let key = format!("{}:interest", member.tag);
-        let cmd = redis::cmd("HDEL").arg(&key).arg(&*self.0.replica).to_owned();
-        if self.query::<u64>("HDEL interest", &cmd).await.is_ok() {
-            self.announce(slot, super::Event::Interest);
-        }
-        tracing::info!(upstream = &*member.name, slot, "upstream left the cluster");
+        self.twin(&member, slot).is_none().then_some((member, held))
     }
 }
