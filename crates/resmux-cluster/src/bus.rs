@@ -149,7 +149,7 @@ impl Cluster {
     /// Reads a bus message: one inbound per slot running its upstream (two while a reload
     /// replaces an upstream with the same content), none for our own, malformed or fenced-off
     /// ones, or one of an upstream this replica does not run.
-    fn decode(&self, payload: &[u8]) -> Vec<Inbound> {
+    pub(super) fn decode(&self, payload: &[u8]) -> Vec<Inbound> {
         let Some(v) = serde_json::from_slice::<Value>(payload).ok() else { return Vec::new() };
         if v["k"] == "session-ended" || v["k"] == "filled" {
             return self.decode_one(&v, 0).into_iter().collect();

@@ -143,3 +143,53 @@ impl Cluster {
         self.twin(&member, slot).is_none().then_some((member, held))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bus::{Event, Inbound, Outgoing};
+    use crate::config::ClusterConfig;
+
+    /// A replica's cluster tier; nothing here reaches Redis (the connection is lazy).
+    fn replica() -> Cluster {
+        let config = ClusterConfig { redis_url: Some("redis://127.0.0.1:1".into()), ..ClusterConfig::default() };
+        Cluster::new(&config, Some("a key every replica shares"), 4).unwrap().unwrap()
+    }
+
+    fn resync(from: &Cluster, slot: usize) -> String {
+        from.encode(&Outgoing { upstream: slot, fence: 7, event: Event::Resync })
+    }
+
+    fn slots(inbound: Vec<Inbound>) -> Vec<usize> {
+        inbound.into_iter().map(|i| if let Inbound::Event { upstream, .. } = i { upstream } else { 99 }).collect()
+    }
+
+    #[tokio::test]
+    async fn events_reach_the_slots_that_run_their_name_and_generation_only() {
+        let (here, there) = (replica(), replica());
+        here.install(0, "docs", b"https://a.example/mcp");
+        here.install(2, "wiki", b"https://w.example/mcp");
+        // Another replica whose docs points elsewhere: another generation, not heard here.
+        there.install(3, "docs", b"https://b.example/mcp");
+        assert!(here.decode(resync(&there, 3).as_bytes()).is_empty());
+        assert_ne!(here.tag(0), there.tag(3));
+        assert!(here.tag(0).starts_with("resmux:{docs}:g") && there.tag(3).starts_with("resmux:{docs}:g"));
+        // Once it agrees, its events reach the slot here, whichever slot it uses itself.
+        there.install(3, "docs", b"https://a.example/mcp");
+        assert_eq!(here.tag(0), there.tag(3));
+        assert_eq!(slots(here.decode(resync(&there, 3).as_bytes())), [0]);
+        // A replacement with the same identity (slot 1) hears them too, until its twin retires.
+        here.install(1, "docs", b"https://a.example/mcp");
+        assert_eq!(slots(here.decode(resync(&there, 3).as_bytes())), [0, 1]);
+        assert!(here.deactivate(0).is_none(), "the twin runs on: the lease and interest stay");
+        assert_eq!(slots(here.decode(resync(&there, 3).as_bytes())), [1]);
+        assert_eq!(here.channels().iter().filter(|c| c.contains("{docs}")).count(), 1);
+        // The last slot of an upstream leaves: its channel goes, and its events are ignored.
+        assert!(here.deactivate(1).is_some());
+        assert!(here.decode(resync(&there, 3).as_bytes()).is_empty());
+        assert!(!here.channels().iter().any(|c| c.contains("{docs}")));
+        // An unknown name is ignored too.
+        there.install(0, "extra", b"https://x.example/mcp");
+        assert!(here.decode(resync(&there, 0).as_bytes()).is_empty());
+    }
+}
