@@ -91,8 +91,7 @@ pub(super) struct Track {
     vacant: u8,
     /// Claims in a row while another replica holds it.
     claims: u8,
-    /// While holding it: the live replicas that run this upstream (at this generation), from
-    /// their interest fields. Empty: not known yet.
+    /// While holding it: the live replicas running this generation (empty: not known yet).
     runners: Vec<String>,
 }
 
@@ -267,8 +266,7 @@ impl Cluster {
             let lease = format!("{tag}:lease");
             let choice = super::spread::preferred(&member.name, &live);
             let preferred = choice.is_none_or(|p| p == me);
-            // During a rolling reload the replica the hash prefers may not run this upstream
-            // (or not this generation of it): the lease stays with the one that took it free.
+            // The preferred replica may not run this generation (a rolling reload): kept then.
             let runs = |r: &str| track.runners.is_empty() || track.runners.iter().any(|k| k == r);
             let role = *self.0.roles[i].borrow();
             let next = match role {
@@ -373,29 +371,6 @@ impl Cluster {
         let lease = format!("{tag}:lease");
         let value = format!("{}:{token}", self.0.replica);
         let _ = self.eval::<u8>("release lease", &RELEASE, &[&lease], &[value.as_bytes()]).await;
-    }
-
-    /// Records which replica holds upstream `index`'s listen, from its lease's value.
-    fn note_holder(&self, index: usize, lease: Option<&str>) {
-        let holder = lease.map(|v| v.rsplit_once(':').map_or(v, |(replica, _)| replica));
-        self.0.holders[index].send_if_modified(|old| {
-            let changed = old.as_deref() != holder;
-            if changed {
-                *old = holder.map(Arc::from);
-            }
-            changed
-        });
-    }
-
-    /// The live replicas (ids, sorted), as the last heartbeat saw them: the set leases are
-    /// spread over.
-    pub fn live_replicas(&self) -> Arc<[String]> {
-        self.0.live.borrow().clone()
-    }
-
-    /// The replica holding upstream `index`'s listen, as last seen (`None`: none known).
-    pub fn listen_holder(&self, index: usize) -> Option<Arc<str>> {
-        self.0.holders.get(index).and_then(|h| h.borrow().clone())
     }
 }
 
