@@ -50,9 +50,16 @@ pub(super) fn join(hub: &Hub, cluster: &Cluster, upstream: &Upstream, stop: &Can
 }
 
 /// A reload retired upstream slot `slot` (its feed and interest already stopped): it leaves
-/// the cluster, releasing its lease at once.
+/// the cluster, releasing its lease at once. Its cleanup in Redis waits for a lost Redis, but
+/// not past shutdown.
 pub(super) fn leave(hub: &Hub, cluster: &Cluster, slot: usize) {
-    hub.0.tracker.spawn(cluster.retire(slot));
+    let (cleanup, cancel) = (cluster.retire(slot), hub.0.cancel.clone());
+    hub.0.tracker.spawn(async move {
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            _ = cleanup => {}
+        }
+    });
 }
 
 fn following(cluster: &Cluster, index: usize) -> bool {

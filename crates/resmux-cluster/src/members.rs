@@ -120,7 +120,23 @@ impl Cluster {
             let mut p = redis::pipe();
             p.cmd("HDEL").arg(format!("{}:interest", member.tag)).arg(&*cluster.0.replica).ignore();
             p.cmd(cluster.publish_command()).arg(format!("{}:bus", member.tag)).arg(told.to_string()).ignore();
-            let _ = cluster.run_pipeline::<()>("drop interest", &p).await;
+            // A field left behind would have the holder listen for this replica, and count it
+            // among the replicas that run the upstream, for as long as this replica lives: with
+            // Redis unreachable, tried again once it answers (within the time a silent
+            // replica is remembered).
+            let deadline = tokio::time::Instant::now() + cluster.0.config.lease_ttl * 20;
+            let mut health = cluster.health_watch();
+            while cluster.run_pipeline::<()>("drop interest", &p).await.is_err() {
+                health.mark_unchanged();
+                let back = tokio::time::timeout_at(deadline, health.wait_for(|up| *up)).await;
+                if !matches!(back, Ok(Ok(_))) {
+                    tracing::warn!(
+                        upstream = &*member.name,
+                        "could not drop this replica's interest in a retired upstream"
+                    );
+                    return;
+                }
+            }
             tracing::info!(upstream = &*member.name, slot, "upstream left the cluster");
         }
     }
