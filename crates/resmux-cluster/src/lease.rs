@@ -91,8 +91,8 @@ pub(super) struct Track {
     vacant: u8,
     /// Claims in a row while another replica holds it.
     claims: u8,
-    /// While holding it: the live replicas running this generation (empty: not known yet).
-    runners: Vec<String>,
+    /// While holding it: the live replicas running the upstream, by the tag they were read for.
+    runners: (String, Vec<String>),
 }
 
 // KEYS: lease. ARGV: value. Deletes it if it is still ours.
@@ -267,7 +267,8 @@ impl Cluster {
             let choice = super::spread::preferred(&member.name, &live);
             let preferred = choice.is_none_or(|p| p == me);
             // The preferred replica may not run this generation (a rolling reload): kept then.
-            let runs = |r: &str| track.runners.is_empty() || track.runners.iter().any(|k| k == r);
+            let (known, runners) = (&track.runners.0 == tag, &track.runners.1);
+            let runs = |r: &str| !known || runners.is_empty() || runners.iter().any(|k| k == r);
             let role = *self.0.roles[i].borrow();
             let next = match role {
                 Role::Holder(token) if !preferred && choice.is_some_and(runs) => {
@@ -312,8 +313,7 @@ impl Cluster {
                     match self.query::<Option<String>>("GET lease", redis::cmd("GET").arg(&lease)).await {
                         Ok(holder) => {
                             track.vacant = if holder.is_some() { 0 } else { track.vacant.saturating_add(1) };
-                            // Free, and the preferred replica does not run this upstream (a
-                            // rolling reload): taken next round rather than after the wait.
+                            // Free while the preferred replica does not run it: taken at once.
                             if holder.is_none()
                                 && let Some(choice) = choice
                                 && !self.runs(&member.tag, choice).await
@@ -339,7 +339,7 @@ impl Cluster {
             self.set_role(i, next);
             if let Role::Holder(_) = next {
                 match self.refresh_interest(i).await {
-                    Ok(runners) => track.runners = runners,
+                    Ok(runners) => track.runners = (member.tag.clone(), runners),
                     Err(e) => tracing::debug!(error = %e, "cannot read the other replicas' interest"),
                 }
             }
