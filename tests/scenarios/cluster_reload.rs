@@ -84,7 +84,7 @@ async fn held_by_preferred(ps: &[Proxy], ids: &[String], name: &str) {
     .await;
 }
 
-async fn open_listens(ps: &[Proxy], uri: &str) -> Vec<Listening> {
+async fn open_listens<'a>(ps: impl IntoIterator<Item = &'a Proxy>, uri: &str) -> Vec<Listening> {
     let mut out = Vec::new();
     for p in ps {
         let mut l = p.client.listen(json!("L"), json!({ "resourceSubscriptions": [uri] })).await.unwrap();
@@ -135,8 +135,20 @@ async fn add_remove_and_change_under_reads(at: Shared<'_>) {
     let stop = Arc::new(AtomicBool::new(false));
     let readers: Vec<_> = ps.iter().map(|p| tokio::spawn(keep_reading(p.client.clone(), stop.clone()))).collect();
 
-    // 1. Add `extra`.
-    roll(&ps, || replica_config(&[&docs, &wiki, &gone, &extra], at)).await;
+    // 1. Add `extra`, the replica the hash prefers for it last: until that one reloads, the two
+    // that run `extra` hold its listen between them and hear its changes.
+    let preferred = resmux::cluster::preferred_listen_holder("extra", &ids).unwrap();
+    let last = ids.iter().position(|id| id == preferred).unwrap();
+    let early: Vec<&Proxy> = (0..3).filter(|&i| i != last).map(|i| &ps[i]).collect();
+    let with_extra = || replica_config(&[&docs, &wiki, &gone, &extra], at);
+    for p in &early {
+        p.app.reloader().apply(with_extra()).await.expect("the addition is applied");
+    }
+    holder(&early, "extra").await;
+    let mut early_listens = open_listens(early.iter().copied(), "extra+extra://item/4").await;
+    changes_reach_everyone(&extra, &mut early_listens, "extra", "extra://item/4").await;
+    assert!(cluster_state(&ps[last])["listen_roles"]["extra"].is_null(), "the last replica does not run extra yet");
+    ps[last].app.reloader().apply(with_extra()).await.expect("the addition is applied");
     held_by_preferred(&ps, &ids, "extra").await;
     let mut extra_listens = open_listens(&ps, "extra+extra://item/1").await;
     open_upstream_listens(&[(&extra, 1)], "one upstream listen for extra, fleet-wide").await;
