@@ -136,7 +136,9 @@ impl Batch {
     fn frame(&mut self, frame: &[u8], marked: Option<Instant>) {
         self.frames += 1;
         self.bytes += frame.len() as u64;
-        if memchr::memmem::find(frame, b"resources/updated").is_some() {
+        static UPDATED: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+            std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"resources/updated"));
+        if UPDATED.find(frame).is_some() {
             self.updates += 1;
             if let Some(at) = marked {
                 self.latencies.push(at.elapsed().as_micros().min(u32::MAX as u128) as u32);
