@@ -10,16 +10,13 @@ use crate::cluster_fleet::*;
 use crate::support::*;
 use resmux::sample::SampleSpec;
 
-const LEASE: &str = "resmux:{docs}:lease";
-const FENCE: &str = "resmux:{docs}:fence";
-
 async fn redis_conn(redis: &Redis) -> redis::aio::MultiplexedConnection {
     redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection().await.unwrap()
 }
 
 /// The lease's value, `replica:token`, split.
-async fn lease(redis: &Redis) -> Option<(String, u64)> {
-    let v: Option<String> = redis::cmd("GET").arg(LEASE).query_async(&mut redis_conn(redis).await).await.unwrap();
+async fn lease(redis: &Redis, key: &str) -> Option<(String, u64)> {
+    let v: Option<String> = redis::cmd("GET").arg(key).query_async(&mut redis_conn(redis).await).await.unwrap();
     let (replica, token) = v?.rsplit_once(':').map(|(r, t)| (r.to_owned(), t.parse().unwrap()))?;
     Some((replica, token))
 }
@@ -30,24 +27,38 @@ async fn lease(redis: &Redis) -> Option<(String, u64)> {
 async fn lost_writes(clock_ahead: bool) {
     let redis = Redis::start().await;
     let mut conn = redis_conn(&redis).await;
-    let issued = if clock_ahead { resmux::cluster::now_ms() + 3_600_000 } else { 41 };
-    let _: () = redis::cmd("SET").arg(FENCE).arg(issued).query_async(&mut conn).await.unwrap();
     let up = sample_http(SampleSpec::generated("docs", 5)).await;
     let ps = fleet(&[&up], Shared::One(&redis), 2).await;
-    let h = settled_holder(&ps, "docs").await;
-    let id = cluster_state(&ps[h])["replica"].as_str().unwrap().to_owned();
-    let old = eventually("the lease names the holder", || {
-        let (redis, id) = (&redis, &id);
-        async move { lease(redis).await.filter(|(r, _)| r == id).map(|(_, t)| t) }
+    settled_holder(&ps, "docs").await;
+    // The upstream's names in Redis: `resmux:{docs}:g<generation>`.
+    let leases: Vec<String> = redis::cmd("KEYS").arg("resmux:{docs}:g*:lease").query_async(&mut conn).await.unwrap();
+    let tag = leases[0].strip_suffix(":lease").unwrap().to_owned();
+    let generation = tag.rsplit_once(":g").unwrap().1.to_owned();
+    let (lease_key, fence_key) = (format!("{tag}:lease"), format!("{tag}:fence"));
+
+    // Tokens issued before: `issued` and up (the holder is made to take the lease again).
+    let issued = if clock_ahead { resmux::cluster::now_ms() + 3_600_000 } else { 41 };
+    let _: () = redis::cmd("SET").arg(&fence_key).arg(issued).query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("DEL").arg(&lease_key).query_async(&mut conn).await.unwrap();
+    let old = eventually("the holder takes the lease with a token past those issued", || {
+        let (redis, key) = (&redis, &lease_key);
+        async move { lease(redis, key).await.map(|(_, t)| t).filter(|t| *t > issued) }
     })
     .await;
+    let h = settled_holder(&ps, "docs").await;
+    // The follower has seen that token: its listen is acknowledged once the holder's live
+    // filter (an event with the token) covers it.
+    let mut seen =
+        ps[1 - h].client.listen(json!("S"), json!({"resourceSubscriptions": ["docs://item/2"]})).await.unwrap();
+    assert_eq!(seen.next().await["method"], "notifications/subscriptions/acknowledged");
+    drop(seen);
     let status = up.sample.status_uri().to_owned();
 
     // The loss.
-    let _: () = redis::cmd("DEL").arg(LEASE).arg(FENCE).query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("DEL").arg(&lease_key).arg(&fence_key).query_async(&mut conn).await.unwrap();
     let new = eventually("a holder takes the lease again", || {
-        let redis = &redis;
-        async move { lease(redis).await.map(|(_, t)| t) }
+        let (redis, key) = (&redis, &lease_key);
+        async move { lease(redis, key).await.map(|(_, t)| t) }
     })
     .await;
     assert_eq!(new < old, clock_ahead, "the new token {new} against {old}");
@@ -79,9 +90,9 @@ async fn lost_writes(clock_ahead: bool) {
     // A late event of the deposed holder is dropped: the entry it names stays cached (and so
     // nothing has dropped the follower's cache since it was filled).
     let fenced = cluster_state(f)["events_fenced"].as_u64().unwrap();
-    let late = json!({ "r": deposed, "u": "docs", "f": old, "k": "updated", "uri": "docs://item/1" });
+    let late = json!({ "r": deposed, "u": "docs", "g": generation, "f": old, "k": "updated", "uri": "docs://item/1" });
     let _: u64 =
-        redis::cmd("PUBLISH").arg("resmux:{docs}:bus").arg(late.to_string()).query_async(&mut conn).await.unwrap();
+        redis::cmd("PUBLISH").arg(format!("{tag}:bus")).arg(late.to_string()).query_async(&mut conn).await.unwrap();
     eventually("the deposed holder's event is fenced off", || {
         let n = cluster_state(f)["events_fenced"].as_u64().unwrap();
         async move { (n == fenced + 1).then_some(()) }

@@ -47,6 +47,15 @@ impl Fence {
         token >= floor || (token != 0 && token == self.current.load(Ordering::Acquire))
     }
 
+    /// Takes `from`'s state (a slot installed for an upstream another slot runs), or starts
+    /// afresh.
+    pub(super) fn inherit(&self, from: Option<&Fence>) {
+        let load = |a: Option<&AtomicU64>| a.map_or(0, |a| a.load(Ordering::Acquire));
+        self.floor.store(load(from.map(|f| &f.floor)), Ordering::Release);
+        self.current.store(load(from.map(|f| &f.current)), Ordering::Release);
+        self.took_over.store(from.is_some_and(|f| f.took_over.load(Ordering::Acquire)), Ordering::Release);
+    }
+
     /// The floor, read before a lease read so that [`Fence::lease_read`] can tell a lost
     /// write from a lease that changed meanwhile.
     pub(super) fn floor(&self) -> u64 {
@@ -105,7 +114,7 @@ impl Cluster {
                 tokio::spawn(async move { inbox.send(resync).await });
             }
             tracing::warn!(
-                upstream = &*self.0.upstreams[index],
+                upstream = &*self.member(index).name,
                 token,
                 floor_before,
                 "the listen lease's token is below one already seen: Redis lost writes (a failover?); \
