@@ -184,6 +184,10 @@ impl Admin {
             "events_dropped": n(&s.dropped),
             "events_fenced": n(&s.fenced),
             "fence_rebaselines": n(&s.fence_rebaselines),
+            "interest_calls": n(&s.interest_calls),
+            "interest_bytes": n(&s.interest_bytes),
+            "interest_deltas": n(&s.interest_deltas),
+            "interest_resyncs": n(&s.interest_resyncs),
             "errors": n(&s.errors),
         })
     }

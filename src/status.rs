@@ -80,6 +80,10 @@ fn cluster_metrics(out: &mut String, cluster: &crate::cluster::Cluster, upstream
             "Lease tokens read below one already seen (Redis lost writes).",
             &s.fence_rebaselines,
         ),
+        ("interest_calls_total", "Redis calls made for interest.", &s.interest_calls),
+        ("interest_bytes_total", "Payload bytes of the interest calls, both ways.", &s.interest_bytes),
+        ("interest_deltas_total", "Interest changes a holder applied without a read.", &s.interest_deltas),
+        ("interest_resyncs_total", "Full reads of every replica's interest by a holder.", &s.interest_resyncs),
         ("leases_acquired_total", "Upstream listen leases taken.", &s.lease_acquired),
         ("leases_lost_total", "Upstream listen leases lost or handed over.", &s.lease_lost),
     ] {

@@ -111,9 +111,9 @@ async fn receive(hub: Hub, cluster: Cluster, mut inbox: mpsc::Receiver<Inbound>,
     }
 }
 
-/// Publishes this replica's interest in upstream `index` when it changes, and again every
-/// lease period (so that a Redis that lost it, or a new holder, has it), and the holder's
-/// live filter with it.
+/// Publishes this replica's interest in upstream `index` when it changes, and every lease
+/// period (which keeps it alive in Redis, and rewrites it whole every `interest_resync`), and
+/// the holder's live filter with it.
 async fn interest(hub: Hub, cluster: Cluster, index: usize, cancel: CancellationToken) {
     let mut desired = hub.0.slots[index].desired.subscribe();
     let mut watched = hub.0.cache.watched_uris().changes(index);
@@ -121,17 +121,13 @@ async fn interest(hub: Hub, cluster: Cluster, index: usize, cancel: Cancellation
     let mut info = upstream.info_watch();
     let mut health = cluster.health_watch();
     let period = (cluster.config().lease_ttl / 4).max(Duration::from_millis(50));
-    let mut published = None;
     loop {
         let want = local_interest(&hub, index, &desired.borrow_and_update());
         watched.mark_unchanged();
         info.mark_unchanged();
-        // A change is announced to the holder; an unchanged interest is only rewritten.
-        let changed = published.as_ref() != Some(&want);
-        match cluster.publish_interest(index, &want, changed).await {
-            Ok(()) => published = Some(want),
-            Err(_) => published = None,
-        }
+        // The cluster sends the holder what changed since the last call (a failure is counted
+        // and retried, whole, at the next).
+        let _ = cluster.publish_interest(index, &want).await;
         if matches!(*cluster.role(index).borrow(), Role::Holder(_)) {
             cluster.announce(index, Event::Active(hub.0.slots[index].active.borrow().clone()));
         }

@@ -173,7 +173,8 @@ async fn add_remove_and_change_under_reads(at: Shared<'_>) {
     let released = tokio::time::Instant::now();
     eventually("gone's lease and interest left Redis", || async {
         let ks = keys(at).await;
-        (!ks.iter().any(|k| k.contains("{gone}") && (k.ends_with(":lease") || k.ends_with(":interest")))).then_some(())
+        let left = |k: &String| k.ends_with(":lease") || k.ends_with(":runners") || k.contains(":in:");
+        (!ks.iter().any(|k| k.contains("{gone}") && left(k))).then_some(())
     })
     .await;
     let took = released.elapsed();

@@ -10,6 +10,7 @@ mod cache;
 mod cluster;
 mod cluster_fence;
 mod cluster_fleet;
+mod cluster_interest;
 mod cluster_reload;
 mod cluster_sharded;
 mod cluster_spread;

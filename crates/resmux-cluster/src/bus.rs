@@ -39,7 +39,8 @@ pub enum Event {
     Resync,
     /// The holder's live filter: followers acknowledge listens once it covers them.
     Active(Filter),
-    /// A replica's interest changed: the holder re-reads the union.
+    /// A replica rewrote its interest whole (or sent a change the holder cannot apply
+    /// alone): the holder reads it ([`Cluster::refresh_interest`]).
     Interest,
     /// An operator purged entries of the upstream (any replica may announce it).
     Purge(resmux_cache::Target),
@@ -143,6 +144,7 @@ impl Cluster {
 
     /// Tells the hub that events may have been missed; `false` once the hub is gone.
     pub(super) async fn gap(&self) -> bool {
+        self.interest_gap();
         self.0.inbox.send(Inbound::Gap).await.is_ok()
     }
 
@@ -183,7 +185,12 @@ impl Cluster {
             "lost" => Event::Lost,
             "resync" => Event::Resync,
             "active" => Event::Active(Filter::from_json(&v["filter"]).ok()?),
-            "interest" => return Some(Inbound::Event { upstream, event: Event::Interest }),
+            // Applied by the listen holder at once, unless it must read the sender's set.
+            "interest" => {
+                return self
+                    .interest_notice(upstream, v)
+                    .then_some(Inbound::Event { upstream, event: Event::Interest });
+            }
             // Not the listen holder's: no fence applies.
             "purge" => return Some(Inbound::Event { upstream, event: Event::Purge(purge_target(v)?) }),
             _ => return None,

@@ -54,6 +54,11 @@ pub struct ClusterConfig {
     /// delete stay unusable (their epoch moved) until they expire. Default 10 s.
     #[serde(with = "humantime_serde")]
     pub purge_timeout: Duration,
+    /// How often each replica rewrites its whole interest in Redis and the listen holder reads
+    /// everyone's again, repairing a change whose notice was lost; between them only the URIs
+    /// added and removed travel. Default 30 s.
+    #[serde(with = "humantime_serde")]
+    pub interest_resync: Duration,
 }
 
 impl Default for ClusterConfig {
@@ -72,6 +77,7 @@ impl Default for ClusterConfig {
             ready_when_degraded: true,
             max_outbox: 10_000,
             purge_timeout: Duration::from_secs(10),
+            interest_resync: Duration::from_secs(30),
         }
     }
 }
@@ -128,6 +134,7 @@ impl ClusterConfig {
             ("lock_wait", self.lock_wait),
             ("lease_ttl", self.lease_ttl),
             ("purge_timeout", self.purge_timeout),
+            ("interest_resync", self.interest_resync),
         ] {
             if d.is_zero() {
                 err(key, "must be positive");

@@ -18,7 +18,6 @@
 //! late events of a deposed holder (`fence.rs`: also how a failover that lost writes is kept
 //! from fencing off the new holder).
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -27,8 +26,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::Cluster;
 use super::value::now_ms;
-use resmux_proto::mcp::list::Capability;
-use resmux_proto::mcp::notify::Filter;
 
 /// This replica's part in one upstream's listen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +125,7 @@ impl Cluster {
                 Role::Holder(token) => {
                     self.0.stats.lease_acquired.fetch_add(1, Ordering::Relaxed);
                     self.0.fence[index].held(token);
+                    self.interest_taken(index);
                     tracing::info!(upstream = name, token, "holding the upstream listen lease");
                 }
                 Role::Follower if matches!(old, Role::Holder(_)) => {
@@ -139,72 +137,8 @@ impl Cluster {
         }
     }
 
-    fn replicas_key(&self) -> String {
+    pub(super) fn replicas_key(&self) -> String {
         format!("{}replicas", self.0.config.prefix)
-    }
-
-    /// Publishes this replica's interest in upstream `index` (what its listeners and its
-    /// cache want), for the lease holder, who is told when `changed`.
-    pub async fn publish_interest(
-        &self,
-        index: usize,
-        filter: &Filter,
-        changed: bool,
-    ) -> Result<(), super::ClusterError> {
-        let member = self.member(index);
-        if !member.active {
-            return Ok(());
-        }
-        let key = format!("{}:interest", member.tag);
-        let cmd = redis::cmd("HSET").arg(&key).arg(&*self.0.replica).arg(filter.to_json().to_string()).to_owned();
-        let _: u64 = self.query("HSET interest", &cmd).await?;
-        if changed {
-            self.announce(index, super::Event::Interest);
-        }
-        Ok(())
-    }
-
-    /// Re-reads the union of the other live replicas' interest in upstream `index` (holders
-    /// only), dropping the interest of replicas that stopped beating. Returns the live
-    /// replicas that run the upstream (every one publishes its interest, empty or not).
-    pub async fn refresh_interest(&self, index: usize) -> Result<Vec<String>, super::ClusterError> {
-        if self.held_fence(index).is_none() {
-            return Ok(Vec::new());
-        }
-        let key = format!("{}:interest", self.tag(index));
-        let all: HashMap<String, String> = self.query("HGETALL interest", redis::cmd("HGETALL").arg(&key)).await?;
-        let since = now_ms().saturating_sub(3 * self.0.config.lease_ttl.as_millis() as u64);
-        let alive: Vec<String> = self
-            .query("ZRANGEBYSCORE", redis::cmd("ZRANGEBYSCORE").arg(self.replicas_key()).arg(since).arg("+inf"))
-            .await?;
-        let mut union = Filter::default();
-        let mut runners = Vec::with_capacity(all.len());
-        for (replica, text) in &all {
-            if !alive.contains(replica) {
-                let _: Result<u64, _> = self.query("HDEL interest", redis::cmd("HDEL").arg(&key).arg(replica)).await;
-                continue;
-            }
-            runners.push(replica.clone());
-            if **replica == *self.0.replica {
-                continue;
-            }
-            let Ok(f) = serde_json::from_str(text).map_err(|_| ()).and_then(|v| Filter::from_json(&v).map_err(|_| ()))
-            else {
-                continue;
-            };
-            for kind in Capability::ALL {
-                if f.list(kind) {
-                    union.set_list(kind, true);
-                }
-            }
-            union.uris.extend(f.uris);
-        }
-        self.0.remote[index].send_if_modified(|old| {
-            let changed = *old != union;
-            *old = union;
-            changed
-        });
-        Ok(runners)
     }
 
     /// The live replicas (heartbeat younger than `px`), after beating for this one and

@@ -11,6 +11,8 @@
 //! - [`lease`]: per upstream, one replica holds the upstream listen under a lease with a
 //!   fencing token; the others follow, admitting its events by [`fence`]. Redis unreachable: every replica goes solo (its own
 //!   listens, its own cache) until Redis is back and the leases are re-established.
+//! - [`interest`]: each replica's interest in each upstream, as changes on the bus and a set
+//!   per replica in Redis, for the holder of the upstream's listen; and which replicas run it.
 //! - [`sessions`]: legacy sessions' subscriptions, so another replica can continue a session.
 //! - [`members`]: which upstream (name and content generation) each slot stands for; a
 //!   reload installs and retires slots, and leases, interest and the bus follow.
@@ -23,6 +25,7 @@ pub mod config;
 mod conn;
 mod fence;
 mod fillwait;
+mod interest;
 mod l2;
 mod lease;
 mod members;
@@ -100,6 +103,15 @@ pub struct Stats {
     /// Lease tokens read from Redis below one already admitted: Redis lost writes (a failover
     /// to a replica that lacked them), and the fence now follows the holder Redis names.
     pub fence_rebaselines: AtomicU64,
+    /// Redis calls made for interest (writes, reads, announcements).
+    pub interest_calls: AtomicU64,
+    /// Payload bytes of those calls, both ways (keys, fields, values; not the protocol's
+    /// framing).
+    pub interest_bytes: AtomicU64,
+    /// Interest changes of other replicas applied by a listen holder without a Redis read.
+    pub interest_deltas: AtomicU64,
+    /// Times a listen holder read every replica's interest again.
+    pub interest_resyncs: AtomicU64,
     pub lease_acquired: AtomicU64,
     pub lease_lost: AtomicU64,
 }
@@ -147,6 +159,8 @@ struct Inner {
     fill_waiters: fillwait::Waiters,
     /// Per upstream (while holding it): the union of the other live replicas' interest.
     remote: Vec<watch::Sender<Filter>>,
+    /// Per upstream slot: this replica's interest as written, and (holding it) the others'.
+    interest: Vec<interest::Interest>,
     /// Per upstream: which holder's events are admitted, so a deposed holder's late events
     /// are dropped.
     fence: Vec<fence::Fence>,
@@ -208,6 +222,7 @@ impl Cluster {
             keeper_now: tokio::sync::Notify::new(),
             fill_waiters: fillwait::Waiters::default(),
             remote: (0..n).map(|_| watch::channel(Filter::default()).0).collect(),
+            interest: (0..n).map(|_| interest::Interest::default()).collect(),
             fence: (0..n).map(|_| fence::Fence::default()).collect(),
             changed_at: moka::sync::Cache::builder()
                 .max_capacity(MAX_CHANGE_TIMES)

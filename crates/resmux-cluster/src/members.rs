@@ -75,11 +75,12 @@ impl Cluster {
         })
     }
 
-    /// Whether `replica` runs the upstream under `tag` (it publishes its interest there); an
-    /// unanswered read counts as yes, which only keeps the usual wait for a free lease.
+    /// Whether `replica` runs the upstream under `tag` (its field in the runners' hash, written
+    /// with its interest); an unanswered read counts as yes, which only keeps the usual wait
+    /// for a free lease.
     pub(super) async fn runs(&self, tag: &str, replica: &str) -> bool {
-        let cmd = redis::cmd("HEXISTS").arg(format!("{tag}:interest")).arg(replica).to_owned();
-        self.query::<bool>("HEXISTS interest", &cmd).await.unwrap_or(true)
+        let cmd = redis::cmd("HEXISTS").arg(Self::runners_key(tag)).arg(replica).to_owned();
+        self.query::<bool>("HEXISTS runners", &cmd).await.unwrap_or(true)
     }
 
     /// Puts upstream `name` in `slot`; `identity` is what decides its content (the proxy's
@@ -90,6 +91,8 @@ impl Cluster {
         let generation = self.digest(&[name.as_bytes(), identity]);
         let tag = format!("{}{{{name}}}:g{generation}", self.0.config.prefix);
         cell.store(Arc::new(Member { name: Arc::from(name), generation, tag, active: true }));
+        // What the slot knew of interest was its previous upstream's.
+        self.0.interest[slot].reset();
         // A replacement whose identity did not change holds what its twin holds from the start,
         // so its listen opens before the swap as on a single replica.
         let twin = self.twin(&cell.load(), slot);
@@ -106,7 +109,8 @@ impl Cluster {
     /// Takes `slot` out of the cluster: at once, it stops following the upstream and its bus
     /// channel is no longer heard; unless another running slot stands for the same upstream,
     /// the returned cleanup releases its lease (another replica that runs it takes over at once
-    /// rather than at the expiry) and drops its interest field, telling the holder.
+    /// rather than at the expiry), drops its interest set and its runner field, and tells the
+    /// holder, who reads them (gone) in place of a change.
     pub fn retire(&self, slot: usize) -> impl Future<Output = ()> + Send + 'static {
         let cleanup = self.deactivate(slot);
         let cluster = self.clone();
@@ -115,11 +119,14 @@ impl Cluster {
             if let Some(token) = held {
                 cluster.release(&member.tag, token).await;
             }
-            let told = json!({ "r": &*cluster.0.replica, "u": &*member.name, "g": &member.generation, "f": 0, "k": "interest" });
+            let me = &*cluster.0.replica;
+            let told =
+                json!({ "r": me, "u": &*member.name, "g": &member.generation, "f": 0, "k": "interest", "whole": true });
             let mut p = redis::pipe();
-            p.cmd("HDEL").arg(format!("{}:interest", member.tag)).arg(&*cluster.0.replica).ignore();
+            p.cmd("DEL").arg(format!("{}:in:{me}", member.tag)).ignore();
+            p.cmd("HDEL").arg(Self::runners_key(&member.tag)).arg(me).ignore();
             p.cmd(cluster.publish_command()).arg(format!("{}:bus", member.tag)).arg(told.to_string()).ignore();
-            // A field left behind would have the holder listen for this replica, and count it
+            // A set or field left behind would have the holder listen for this replica, and count it
             // among the replicas that run the upstream, for as long as this replica lives: with
             // Redis unreachable, tried again once it answers (within the time a silent
             // replica is remembered).
