@@ -162,7 +162,13 @@ impl Cluster {
         self.0.holders[slot].send_replace(None);
         self.0.remote[slot].send_replace(Filter::default());
         self.0.channels_changed.send_modify(|n| *n += 1);
-        self.twin(&member, slot).is_none().then_some((member, held))
+        let twin = self.twin(&member, slot);
+        // The twin shares the retired slot's interest set, which may hold what only the
+        // retired slot's listeners wanted: the twin rewrites it whole.
+        if let Some(t) = twin {
+            self.0.interest[t].forget_written();
+        }
+        twin.is_none().then_some((member, held))
     }
 }
 

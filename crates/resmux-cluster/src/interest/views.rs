@@ -28,6 +28,12 @@ impl Interest {
         *self.mine.lock().expect("interest") = Mine::default();
         *self.views.lock().expect("interest") = Views::default();
     }
+
+    /// Makes the next write whole (and announced): the set in Redis may hold members this
+    /// replica no longer knows it wrote.
+    pub(crate) fn forget_written(&self) {
+        self.mine.lock().expect("interest").members = None;
+    }
 }
 
 #[derive(Default)]
