@@ -232,6 +232,12 @@ async fn a_purge_reaches_every_replica_and_every_master_of_a_redis_cluster() {
         discovered(&p.client).await;
         eventually("the replica sees Redis up", || async { (cluster_state(p)["redis"] == "up").then_some(()) }).await;
     }
+    // And each upstream's listen is held and open: a listen that opens while a read is being
+    // fetched moves the upstream's epoch, and the fill of that read is then not shared.
+    for (up, name) in [(&docs, "docs"), (&wiki, "wiki")] {
+        holder(&ps, name).await;
+        eventually("the upstream listen is open", || async { (up.sample.listens_open() == 1).then_some(()) }).await;
+    }
     for uri in ["docs+docs://item/1", "docs+docs://item/2", "wiki+wiki://item/1"] {
         assert_eq!(ps[0].client.request("resources/read", read(uri)).await.cache(), "miss");
         assert_eq!(ps[1].client.request("resources/read", read(uri)).await.cache(), "hit", "{uri} shared");
