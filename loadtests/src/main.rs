@@ -110,34 +110,8 @@ enum Command {
     /// Cluster it starts (6 redis-servers on loopback): Redis load per replica, change
     /// delivery and lease moves as the replica count grows. Writes cluster-sim.{md,json,svg}.
     Sim {
-        /// Replica counts, one point each (each point well under a minute).
-        #[arg(long, value_delimiter = ',', default_values_t = [3usize, 10, 30, 100])]
-        replicas: Vec<usize>,
-        /// Upstreams (leases, bus channels) of every replica.
-        #[arg(long, default_value_t = 10)]
-        upstreams: usize,
-        /// Keys per upstream the L2 reads draw from.
-        #[arg(long, default_value_t = 200)]
-        keys: usize,
-        /// Local-cache misses per replica per second, each an L2 probe (0: none).
-        #[arg(long, default_value_t = 20.0)]
-        l2_reads: f64,
-        /// URIs per upstream in each replica's published interest.
-        #[arg(long, default_value_t = 10)]
-        interest_uris: usize,
-        /// Changes per second the lease holders publish (over the upstreams in turn).
-        #[arg(long, default_value_t = 10.0)]
-        changes: f64,
-        /// Measured time per point.
-        #[arg(long, default_value = "8s", value_parser = scenario::parse_duration)]
-        duration: std::time::Duration,
-        /// `lease_ttl` of the simulated replicas.
-        #[arg(long, default_value = "2s", value_parser = scenario::parse_duration)]
-        lease_ttl: std::time::Duration,
-        /// The redis-server binary (redis-cli is taken from beside it, or PATH); the
-        /// `RESMUX_REDIS_SERVER` environment variable overrides the default.
-        #[arg(long)]
-        redis_server: Option<PathBuf>,
+        #[command(flatten)]
+        options: resmux_load::sim::SimOptions,
         /// Directory for the results.
         #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/results"))]
         out: PathBuf,
@@ -201,31 +175,7 @@ async fn main() -> Result<()> {
                 std::process::exit(status);
             }
         }
-        Command::Sim {
-            replicas,
-            upstreams,
-            keys,
-            l2_reads,
-            interest_uris,
-            changes,
-            duration,
-            lease_ttl,
-            redis_server,
-            out,
-        } => {
-            let o = resmux_load::sim::SimOptions {
-                replicas,
-                upstreams,
-                keys,
-                l2_reads,
-                interest_uris,
-                changes,
-                duration,
-                lease_ttl,
-                redis_server: redis_server
-                    .or_else(|| std::env::var_os("RESMUX_REDIS_SERVER").map(PathBuf::from))
-                    .unwrap_or_else(|| "redis-server".into()),
-            };
+        Command::Sim { options: o, out } => {
             // Each replica holds a few connections per master, and the process must not run
             // short of descriptors at the largest point.
             let largest = o.replicas.iter().copied().max().unwrap_or(0) as u64;

@@ -36,24 +36,36 @@ mod report;
 use replica::{Handle, ReadCounts, Stop};
 pub use report::{markdown, write_outputs};
 
-/// What a sweep runs with.
-#[derive(Debug, Clone)]
+/// What a sweep runs with (`resmux-load sim`'s options).
+#[derive(Debug, Clone, clap::Args)]
 pub struct SimOptions {
-    /// Replica counts, one point each.
+    /// Replica counts, one point each (each point well under a minute).
+    #[arg(long, value_delimiter = ',', default_values_t = [3usize, 10, 30, 100])]
     pub replicas: Vec<usize>,
-    /// Upstreams each replica has (leases and bus channels: one each).
+    /// Upstreams (leases, bus channels) of every replica.
+    #[arg(long, default_value_t = 10)]
     pub upstreams: usize,
-    /// Keys per upstream the reads draw from (uniformly).
+    /// Keys per upstream the L2 reads draw from (uniformly).
+    #[arg(long, default_value_t = 200)]
     pub keys: usize,
-    /// Local-cache misses per replica per second, each an L2 probe.
+    /// Local-cache misses per replica per second, each an L2 probe (0: none).
+    #[arg(long, default_value_t = 20.0)]
     pub l2_reads: f64,
-    /// URIs per upstream in each replica's interest.
+    /// URIs per upstream in each replica's published interest.
+    #[arg(long, default_value_t = 10)]
     pub interest_uris: usize,
-    /// Changes per second the holders publish, over all upstreams in turn.
+    /// Changes per second the lease holders publish, over the upstreams in turn.
+    #[arg(long, default_value_t = 10.0)]
     pub changes: f64,
     /// Measured time per point.
+    #[arg(long, default_value = "8s", value_parser = crate::scenario::parse_duration)]
     pub duration: Duration,
+    /// `lease_ttl` of the simulated replicas.
+    #[arg(long, default_value = "2s", value_parser = crate::scenario::parse_duration)]
     pub lease_ttl: Duration,
+    /// The redis-server binary (redis-cli is taken from beside it, or PATH); the
+    /// `RESMUX_REDIS_SERVER` environment variable overrides it.
+    #[arg(long, default_value = "redis-server")]
     pub redis_server: PathBuf,
 }
 
@@ -169,7 +181,8 @@ pub async fn run(o: &SimOptions, command: String) -> Result<SimReport> {
         bail!("{}", problems.join("; "));
     }
     eprintln!("resmux-load sim: starting a 6-node Redis Cluster …");
-    let redis = RedisCluster::start(&o.redis_server).await?;
+    let server = std::env::var_os("RESMUX_REDIS_SERVER").map_or_else(|| o.redis_server.clone(), PathBuf::from);
+    let redis = RedisCluster::start(&server).await?;
     let mut points = Vec::new();
     for (i, &n) in o.replicas.iter().enumerate() {
         eprintln!("resmux-load sim: {n} replicas …");

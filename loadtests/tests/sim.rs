@@ -18,7 +18,7 @@ async fn three_simulated_replicas_share_leases_and_changes_on_a_redis_cluster() 
         changes: 20.0,
         duration: Duration::from_secs(1),
         lease_ttl: Duration::from_secs(1),
-        redis_server: std::env::var_os("RESMUX_REDIS_SERVER").map_or_else(|| "redis-server".into(), Into::into),
+        redis_server: "redis-server".into(),
     };
     let report = run(&o, "test".into()).await.expect("a Redis Cluster (redis-server and redis-cli installed)");
     let p = &report.points[0];
