@@ -17,7 +17,7 @@ async fn three_simulated_replicas_share_leases_and_changes_on_a_redis_cluster() 
         interest_uris: 4,
         changes: 20.0,
         duration: Duration::from_secs(1),
-        lease_ttl: Duration::from_secs(1),
+        lease_ttl: Duration::from_secs(2),
         redis_server: "redis-server".into(),
     };
     let report = run(&o, "test".into()).await.expect("a Redis Cluster (redis-server and redis-cli installed)");
