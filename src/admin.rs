@@ -151,9 +151,9 @@ impl Admin {
     /// replica's id, which upstream listens it holds, and its counters.
     fn cluster(&self, cluster: &crate::cluster::Cluster, redis_up: bool) -> Value {
         use crate::cluster::Role;
-        let roles: serde_json::Map<String, Value> = (self.0.router.upstreams().iter().enumerate())
-            .map(|(i, u)| {
-                let role = match *cluster.role(i).borrow() {
+        let roles: serde_json::Map<String, Value> = (self.0.router.upstreams().iter())
+            .map(|u| {
+                let role = match *cluster.role(u.slot() as usize).borrow() {
                     Role::Holder(_) => "holder",
                     Role::Follower => "follower",
                     Role::Solo => "solo",
@@ -161,8 +161,8 @@ impl Admin {
                 (u.name().to_owned(), json!(role))
             })
             .collect();
-        let holders: serde_json::Map<String, Value> = (self.0.router.upstreams().iter().enumerate())
-            .map(|(i, u)| (u.name().to_owned(), json!(cluster.listen_holder(i).as_deref())))
+        let holders: serde_json::Map<String, Value> = (self.0.router.upstreams().iter())
+            .map(|u| (u.name().to_owned(), json!(cluster.listen_holder(u.slot() as usize).as_deref())))
             .collect();
         let s = cluster.stats();
         let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);

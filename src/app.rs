@@ -122,7 +122,6 @@ impl Core {
                 Err(e) => errors.push(e.to_string()),
             }
         }
-        let names = upstreams.iter().map(|u| Arc::<str>::from(u.name())).collect();
         let mut cursor_secret = None;
         let (cursors, session_key) = match &config.proxy.cursor_secret {
             Some(secret) => match secret.resolve() {
@@ -143,7 +142,7 @@ impl Core {
             cancel.cancel();
             return Err(StartError::Config(errors));
         }
-        let cluster = match Cluster::new(&config.cluster, cursor_secret.as_deref(), names) {
+        let cluster = match Cluster::new(&config.cluster, cursor_secret.as_deref(), slots) {
             Ok(c) => c,
             Err(e) => {
                 cancel.cancel();

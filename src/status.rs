@@ -36,7 +36,7 @@ pub fn metrics_text(router: &Router, hub: &Hub) -> String {
     };
     let mut text = router.metrics().render(&snapshot);
     if let Some(cluster) = router.cluster() {
-        let names: Vec<&str> = upstreams.iter().map(|u| u.name()).collect();
+        let names: Vec<(usize, &str)> = upstreams.iter().map(|u| (u.slot() as usize, u.name())).collect();
         cluster_metrics(&mut text, &cluster, &names);
     }
     text
@@ -45,7 +45,7 @@ pub fn metrics_text(router: &Router, hub: &Hub) -> String {
 /// The cluster tier's gauges and counters: whether Redis answers (a lost Redis, or a lost
 /// Redis Cluster master until its replica is promoted, shows as 0), which listens this
 /// replica holds, and the shared tier's and bus's counters.
-fn cluster_metrics(out: &mut String, cluster: &crate::cluster::Cluster, upstreams: &[&str]) {
+fn cluster_metrics(out: &mut String, cluster: &crate::cluster::Cluster, upstreams: &[(usize, &str)]) {
     use std::fmt::Write;
     use std::sync::atomic::Ordering::Relaxed;
     let mut put = |name: &str, kind: &str, help: &str, lines: &[(String, u64)]| {
@@ -55,9 +55,9 @@ fn cluster_metrics(out: &mut String, cluster: &crate::cluster::Cluster, upstream
         }
     };
     put("redis_up", "gauge", "Whether Redis answers for every upstream.", &[(String::new(), cluster.healthy() as u64)]);
-    let held: Vec<(String, u64)> = (upstreams.iter().enumerate())
-        .map(|(i, u)| {
-            let holds = matches!(*cluster.role(i).borrow(), crate::cluster::Role::Holder(_));
+    let held: Vec<(String, u64)> = (upstreams.iter())
+        .map(|&(slot, u)| {
+            let holds = matches!(*cluster.role(slot).borrow(), crate::cluster::Role::Holder(_));
             (format!("{{upstream=\"{u}\"}}"), holds as u64)
         })
         .collect();

@@ -14,6 +14,10 @@
 //! Requests route on the lineup current when they started, to their end. Any other section
 //! that differs is refused (it needs a restart), and a config with errors is refused with every
 //! error; either way the running config stays.
+//!
+//! With `[cluster]` each replica applies its own file the same way; the hub's slots join and
+//! leave the cluster as they are installed and retired, so leases, interest and the bus follow
+//! (see `hub/replicas.rs` and the cluster's `members.rs`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -181,13 +185,6 @@ impl Reloader {
         }
         problems.extend(next.validate().into_iter().map(|(p, m)| format!("{p}: {m}")));
         let plan = Plan::new(&self.0.parts.router.upstreams(), &next);
-        if running.cluster.enabled() && !plan.report.is_noop() {
-            problems.push(
-                "[[upstream]] changed while [cluster] is configured: replicas key their shared leases and cache by the \
-                 upstream set, so change it with a rolling restart (every replica must run the same config)"
-                    .into(),
-            );
-        }
         let need = plan.starts.len();
         let free = self.0.free.lock().expect("free lock").len();
         if need > free {

@@ -73,13 +73,49 @@ impl Pending {
     /// The pending changes, lists first, emptying the queue (and freeing its buffers: an
     /// idle listener holds none).
     pub fn take(&mut self) -> Vec<Notice> {
-        let mut out: Vec<Notice> = Vec::with_capacity(self.len());
-        let lists = Capability::ALL.into_iter().filter(|k| std::mem::take(&mut self.lists[k.slot()]));
-        out.extend(lists.map(Notice::List));
-        self.seen = None;
-        self.since = None;
-        out.extend(std::mem::take(&mut self.order).into_iter().map(Notice::Uri));
+        let taken = self.take_out();
+        let mut out = Vec::with_capacity(taken.len());
+        taken.for_each(|n| out.push(n));
         out
+    }
+
+    /// [`Pending::take`] without a new buffer: the queue's own is moved out (the fan-out of
+    /// one change to many listeners takes one change from each).
+    fn take_out(&mut self) -> Taken {
+        self.seen = None;
+        let since = self.since.take();
+        Taken { lists: std::mem::take(&mut self.lists), uris: std::mem::take(&mut self.order), since }
+    }
+}
+
+/// Changes taken from a listener's queue, to be visited once.
+#[derive(Debug)]
+pub struct Taken {
+    lists: [bool; 3],
+    uris: Vec<Arc<str>>,
+    /// When the oldest of them was queued.
+    pub since: Option<Instant>,
+}
+
+impl Taken {
+    /// How many changes.
+    pub fn len(&self) -> usize {
+        self.uris.len() + self.lists.iter().filter(|b| **b).count()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Each change, lists first, then URIs in the order they first changed.
+    pub fn for_each(self, mut f: impl FnMut(Notice)) {
+        for kind in Capability::ALL {
+            if self.lists[kind.slot()] {
+                f(Notice::List(kind));
+            }
+        }
+        self.uris.into_iter().for_each(|uri| f(Notice::Uri(uri)));
     }
 }
 
@@ -175,10 +211,8 @@ impl Listener {
     }
 
     /// Takes everything pending, with when the oldest of it was queued.
-    pub fn take_timed(&self) -> (Vec<Notice>, Option<Instant>) {
-        let mut pending = self.pending.lock().expect("pending lock");
-        let since = pending.since;
-        (pending.take(), since)
+    pub fn take_timed(&self) -> Taken {
+        self.pending.lock().expect("pending lock").take_out()
     }
 
     /// Changes waiting now.
@@ -282,7 +316,7 @@ mod tests {
         let mut cx = Context::from_waker(std::task::Waker::noop());
         assert_eq!(l.poll_woken(&mut cx), Poll::Ready(()));
         assert_eq!(l.poll_woken(&mut cx), Poll::Pending, "one wake-up for both pushes");
-        assert_eq!(l.take_timed().1, Some(t0));
+        assert_eq!(l.take_timed().since, Some(t0));
         assert_eq!(l.push_at(&Notice::Uri("z".into()), later), None, "taken: nothing waits");
         assert_eq!(l.ending(), Ending::No);
         l.finish();

@@ -120,6 +120,9 @@ impl Hub {
         slot.opened.store(0, Ordering::Relaxed);
         let stop = self.0.cancel.child_token();
         *slot.stop.lock().expect("stop lock") = stop.clone();
+        if let Some(cluster) = &self.0.cluster {
+            super::replicas::join(self, cluster, upstream, &stop);
+        }
         self.0.tracker.spawn(feed::run(self.clone(), index, stop));
     }
 
@@ -236,10 +239,14 @@ impl Hub {
         self.recompute_interest(&added, true);
     }
 
-    /// Stops the feed of a retired slot: its upstream listen ends.
-    pub fn retire(&self, slot: usize) {
-        let slot = &self.0.slots[slot];
+    /// Stops the feed of a retired slot: its upstream listen ends (and, in a cluster, its
+    /// lease is released and its interest dropped).
+    pub fn retire(&self, index: usize) {
+        let slot = &self.0.slots[index];
         slot.stop.lock().expect("stop lock").cancel();
         slot.desired.send_replace(Filter::default());
+        if let Some(cluster) = &self.0.cluster {
+            super::replicas::leave(self, cluster, index);
+        }
     }
 }

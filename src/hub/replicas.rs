@@ -1,7 +1,8 @@
 //! The hub on a replica of a cluster: what the other replicas announce is applied here
 //! (changes invalidate the cache and reach this replica's listeners; the holder's live filter
 //! acknowledges listens), and this replica's interest in each upstream is published for the
-//! holder of its listen.
+//! holder of its listen. Each upstream slot joins the cluster when the hub installs it and
+//! leaves when a reload retires it, so leases, interest and the bus follow reloads.
 
 use std::time::Duration;
 
@@ -12,6 +13,8 @@ use tokio_util::task::TaskTracker;
 use super::Hub;
 use super::feed::local_interest;
 use crate::cluster::{Cluster, Event, Inbound, Role};
+use crate::config::UpstreamConfig;
+use crate::upstream::Upstream;
 
 /// Quiet time before an interest change is published, so that a burst of listens costs one
 /// write.
@@ -22,12 +25,41 @@ pub(super) fn start(hub: &Hub, cluster: &Cluster, cancel: &CancellationToken, tr
     if let Some(inbox) = cluster.take_inbox() {
         tracker.spawn(receive(hub.clone(), cluster.clone(), inbox, cancel.clone()));
     }
-    // With a cluster the upstream set is fixed (a reload that changes it is refused), so the
-    // slots are the config positions the cluster's leases are kept by.
-    for index in 0..hub.0.lineup.load().upstreams.len() {
-        tracker.spawn(interest(hub.clone(), cluster.clone(), index, cancel.clone()));
-        tracker.spawn(roles(hub.clone(), cluster.clone(), index, cancel.clone()));
-    }
+}
+
+/// What decides the content of `config`'s upstream, for its generation in the cluster (see
+/// the cluster's `members.rs`): where it lives (URL, or program, environment and directory),
+/// how the proxy authenticates to it (headers and credential, as configured: a rotated secret
+/// behind the same reference is the same upstream), and what of its answers may be shared
+/// (`default_scope`, `trust_public`: a value shared under a looser policy must not be served
+/// under a stricter one). Timeouts, limits, TTL clamps and access rules leave the content as
+/// it is, so replicas that differ only there still share.
+fn identity(config: &UpstreamConfig) -> Vec<u8> {
+    let c = config;
+    format!("{:?}", (c.transport(), &c.env, &c.cwd, &c.headers, &c.credential, c.default_scope, c.trust_public))
+        .into_bytes()
+}
+
+/// Upstream `upstream` was installed in its slot: it joins the cluster, and this replica's
+/// interest in it is published (and its role followed) until `stop` (the slot retired).
+pub(super) fn join(hub: &Hub, cluster: &Cluster, upstream: &Upstream, stop: &CancellationToken) {
+    let slot = upstream.slot() as usize;
+    cluster.install(slot, upstream.name(), &identity(upstream.config()));
+    hub.0.tracker.spawn(interest(hub.clone(), cluster.clone(), slot, stop.clone()));
+    hub.0.tracker.spawn(roles(hub.clone(), cluster.clone(), slot, stop.clone()));
+}
+
+/// A reload retired upstream slot `slot` (its feed and interest already stopped): it leaves
+/// the cluster, releasing its lease at once. Its cleanup in Redis waits for a lost Redis, but
+/// not past shutdown.
+pub(super) fn leave(hub: &Hub, cluster: &Cluster, slot: usize) {
+    let (cleanup, cancel) = (cluster.retire(slot), hub.0.cancel.clone());
+    hub.0.tracker.spawn(async move {
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            _ = cleanup => {}
+        }
+    });
 }
 
 fn following(cluster: &Cluster, index: usize) -> bool {
@@ -45,7 +77,8 @@ async fn receive(hub: Hub, cluster: Cluster, mut inbox: mpsc::Receiver<Inbound>,
             // Routed to the session table by the bus itself.
             Inbound::SessionEnded(_) => {}
             Inbound::Gap => {
-                for index in 0..hub.0.lineup.load().upstreams.len() {
+                for up in &hub.0.lineup.load().upstreams {
+                    let index = up.slot() as usize;
                     if following(&cluster, index) {
                         hub.resync_local(index);
                     }

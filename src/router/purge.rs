@@ -70,8 +70,6 @@ impl Router {
         let Some(cluster) = &routing.0.cluster else { return Ok(Purged { local, shared: None }) };
         let mut shared = 0;
         for (slot, target) in &targets {
-            // With a cluster the upstream set is fixed: slots are the config positions the
-            // replicas name upstreams by.
             shared +=
                 cluster.purge(*slot as usize, target).await.map_err(|source| PurgeError::Shared { local, source })?;
         }

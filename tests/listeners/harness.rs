@@ -18,6 +18,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures_util::Stream;
+use futures_util::stream::SelectAll;
 use resmux::app::App;
 use resmux::auth::Principal;
 use resmux::config::{Config, UpstreamConfig};
@@ -119,16 +120,45 @@ impl Seen {
         *self.marked.lock().unwrap() = Some(Instant::now());
         self.latencies.lock().unwrap().clear();
     }
+}
 
-    fn frame(&self, frame: &[u8], latencies: &mut Vec<u32>) {
-        self.frames.fetch_add(1, Relaxed);
-        self.bytes.fetch_add(frame.len() as u64, Relaxed);
-        if frame.windows(17).any(|w| w == b"resources/updated") {
-            self.updates.fetch_add(1, Relaxed);
-            if let Some(at) = *self.marked.lock().unwrap() {
-                latencies.push(at.elapsed().as_micros().min(u32::MAX as u128) as u32);
+/// What one connection task saw in one poll, handed to [`Seen`] at its end: shared counters
+/// touched per frame would cost the harness a contended cache line per delivery.
+#[derive(Default)]
+struct Batch {
+    frames: u64,
+    bytes: u64,
+    updates: u64,
+    latencies: Vec<u32>,
+}
+
+impl Batch {
+    fn frame(&mut self, frame: &[u8], marked: Option<Instant>) {
+        self.frames += 1;
+        self.bytes += frame.len() as u64;
+        static UPDATED: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+            std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"resources/updated"));
+        if UPDATED.find(frame).is_some() {
+            self.updates += 1;
+            if let Some(at) = marked {
+                self.latencies.push(at.elapsed().as_micros().min(u32::MAX as u128) as u32);
             }
         }
+    }
+
+    /// Hands the counts over (latencies first: a reader that sees the updates counted finds
+    /// their latencies there).
+    fn flush(&mut self, seen: &Seen) {
+        if self.frames == 0 {
+            return;
+        }
+        if !self.latencies.is_empty() {
+            seen.latencies.lock().unwrap().append(&mut self.latencies);
+        }
+        seen.bytes.fetch_add(std::mem::take(&mut self.bytes), Relaxed);
+        seen.updates.fetch_add(std::mem::take(&mut self.updates), Relaxed);
+        seen.frames.fetch_add(std::mem::take(&mut self.frames), Relaxed);
+        seen.changed.notify_waiters();
     }
 }
 
@@ -174,20 +204,19 @@ impl Held {
     }
 }
 
-/// One connection: polls every stream each time it is woken, as a connection task that
-/// writes many streams would, and writes what they yield to the sink.
-async fn connection(mut streams: Vec<Pin<Box<ListenStream>>>, seen: Arc<Seen>) {
-    let mut latencies = Vec::new();
+/// One connection: polls the streams that were woken (each stream has its own waker, as
+/// each HTTP/2 stream of a hyper connection is its own task), and writes what they yield to
+/// the sink. Polling every stream on each wake instead would cost the harness O(streams²)
+/// per change and hide the proxy's own delivery time.
+async fn connection(streams: Vec<Pin<Box<ListenStream>>>, seen: Arc<Seen>) {
+    let mut streams: SelectAll<Pin<Box<ListenStream>>> = streams.into_iter().collect();
+    let mut batch = Batch::default();
     std::future::poll_fn(|cx: &mut Context<'_>| {
-        for s in streams.iter_mut() {
-            while let Poll::Ready(Some(frame)) = s.as_mut().poll_next(cx) {
-                seen.frame(&frame, &mut latencies);
-            }
+        let marked = *seen.marked.lock().unwrap();
+        while let Poll::Ready(Some(frame)) = Pin::new(&mut streams).poll_next(cx) {
+            batch.frame(&frame, marked);
         }
-        if !latencies.is_empty() {
-            seen.latencies.lock().unwrap().append(&mut latencies);
-            seen.changed.notify_waiters();
-        }
+        batch.flush(&seen);
         Poll::<()>::Pending
     })
     .await
@@ -217,6 +246,17 @@ pub fn rss_kib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// This process's CPU time (user and system) in microseconds, from /proc.
+pub fn cpu_us() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start at state; utime and stime
+    // are the 14th and 15th fields of the whole line.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut f = rest.split_whitespace().skip(11);
+    let (utime, stime): (u64, u64) = (f.next()?.parse().ok()?, f.next()?.parse().ok()?);
+    Some((utime + stime) * 1_000_000 / 100)
 }
 
 /// The p-th percentile of `sorted` microseconds, in milliseconds.
@@ -254,16 +294,20 @@ pub async fn measure(n: usize, changes: usize, json: Option<String>) {
     let (heap, rss) = (live(), rss_kib().unwrap_or(0));
     let mut rows = Vec::new();
     let mut all = Vec::with_capacity(n * changes);
+    let cpu0 = cpu_us();
     for round in 1..=changes {
         held.seen.mark();
         p.up.sample.touch(URI);
         let want = (round * n) as u64;
         until_within(deadline, &held.seen, "the change at every listener", |s| s.updates.load(Relaxed) == want).await;
+        // The connections hand their latencies over after counting the frames.
+        until_within(deadline, &held.seen, "every latency", |s| s.latencies.lock().unwrap().len() == n).await;
         let mut l = std::mem::take(&mut *held.seen.latencies.lock().unwrap());
         l.sort_unstable();
         rows.push((percentile_ms(&l, 0.5), percentile_ms(&l, 0.99), percentile_ms(&l, 1.0), l.len()));
         all.extend_from_slice(&l);
     }
+    let cpu_per = cpu_us().zip(cpu0).map_or(f64::NAN, |(b, a)| (b - a) as f64 / (n * changes) as f64);
     all.sort_unstable();
     let per_heap = (heap - heap0) as f64 / n as f64;
     let per_rss = rss.saturating_sub(rss0) as f64 * 1024.0 / n as f64;
@@ -273,6 +317,7 @@ pub async fn measure(n: usize, changes: usize, json: Option<String>) {
         opened.as_secs_f64()
     );
     println!("heap per idle listener: {per_heap:.0} B (allocator count); RSS per idle listener: {per_rss:.0} B");
+    println!("CPU per delivered notification (this process: proxy, upstream and sink): {cpu_per:.2} µs");
     println!("| change | delivered | p50 ms | p99 ms | max ms |");
     println!("|---:|---:|---:|---:|---:|");
     for (i, (p50, p99, max, count)) in rows.iter().enumerate() {
@@ -288,6 +333,7 @@ pub async fn measure(n: usize, changes: usize, json: Option<String>) {
             "proxy_rss_idle_kib": rss,
             "latency_ms": {"p50": p50, "p99": p99, "max": max},
             "notifications": all.len(),
+            "process_cpu_us_per_notification": cpu_per,
             "expected": n * changes,
         }}]});
         std::fs::write(&path, serde_json::to_string_pretty(&report).expect("json")).expect("write the report");

@@ -9,6 +9,7 @@ mod auth;
 mod cache;
 mod cluster;
 mod cluster_fleet;
+mod cluster_reload;
 mod cluster_sharded;
 mod cluster_spread;
 mod credentials;

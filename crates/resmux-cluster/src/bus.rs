@@ -6,8 +6,9 @@
 //! A change an upstream listen saw is published with the holder's fencing token after the
 //! epoch it invalidates was bumped in Redis (in one pipeline, in that order), so a replica that
 //! reads the epoch after a fill can tell the fill raced the change. Events are JSON:
-//! `{"r":replica,"u":upstream,"f":fence,"k":kind,...}`. A replica ignores its own events, and
-//! those of a deposed holder (a fence below the highest seen for that upstream).
+//! `{"r":replica,"u":upstream,"g":generation,"f":fence,"k":kind,...}`. A replica ignores its
+//! own events, those of an upstream or a generation it does not run, and those of a deposed
+//! holder (a fence below the highest seen for that upstream).
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -73,10 +74,18 @@ impl Cluster {
         format!("{}:bus", self.tag(index))
     }
 
-    /// Every channel a replica listens on: each upstream's, then the session shards'.
+    /// Every channel a replica listens on now: each running upstream's, then the session
+    /// shards'.
     pub(super) fn channels(&self) -> Vec<String> {
-        let upstreams = (0..self.0.upstreams.len()).map(|i| self.channel(i));
-        upstreams.chain((0..super::sessions::SHARDS).map(|s| self.session_channel(s))).collect()
+        let mut upstreams: Vec<String> = self.active_slots().into_iter().map(|i| self.channel(i)).collect();
+        upstreams.sort_unstable();
+        upstreams.dedup();
+        upstreams.into_iter().chain((0..super::sessions::SHARDS).map(|s| self.session_channel(s))).collect()
+    }
+
+    /// Changes when [`Cluster::channels`] may have (a reload installed or retired a slot).
+    pub(super) fn channels_watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.0.channels_changed.subscribe()
     }
 
     /// The command that publishes on a bus channel (`SPUBLISH` on a Redis Cluster).
@@ -101,7 +110,8 @@ impl Cluster {
     }
 
     pub(super) fn encode(&self, out: &Outgoing) -> String {
-        let mut msg = json!({ "r": &*self.0.replica, "u": &*self.0.upstreams[out.upstream], "f": out.fence });
+        let member = self.member(out.upstream);
+        let mut msg = json!({ "r": &*self.0.replica, "u": &*member.name, "g": &member.generation, "f": out.fence });
         let fields = match &out.event {
             Event::Change(Change::Updated(uri)) => json!({ "k": "updated", "uri": uri }),
             Event::Change(Change::ListChanged(kind)) => json!({ "k": "list", "list": kind.name() }),
@@ -121,14 +131,14 @@ impl Cluster {
     /// table); `false` once the hub is gone.
     pub(super) async fn deliver(&self, payload: &[u8]) -> bool {
         self.0.stats.received.fetch_add(1, Ordering::Relaxed);
-        match self.decode(payload) {
-            Some(Inbound::SessionEnded(name)) => {
+        for inbound in self.decode(payload) {
+            if let Inbound::SessionEnded(name) = inbound {
                 let _ = self.0.ended_sessions.send(name.into());
-                true
+            } else if self.0.inbox.send(inbound).await.is_err() {
+                return false;
             }
-            Some(inbound) => self.0.inbox.send(inbound).await.is_ok(),
-            None => true,
         }
+        true
     }
 
     /// Tells the hub that events may have been missed; `false` once the hub is gone.
@@ -136,9 +146,20 @@ impl Cluster {
         self.0.inbox.send(Inbound::Gap).await.is_ok()
     }
 
-    /// Reads a bus message; `None` for our own, malformed or fenced-off ones.
-    fn decode(&self, payload: &[u8]) -> Option<Inbound> {
-        let v: Value = serde_json::from_slice(payload).ok()?;
+    /// Reads a bus message: one inbound per slot running its upstream (two while a reload
+    /// replaces an upstream with the same content), none for our own, malformed or fenced-off
+    /// ones, or one of an upstream this replica does not run.
+    pub(super) fn decode(&self, payload: &[u8]) -> Vec<Inbound> {
+        let Some(v) = serde_json::from_slice::<Value>(payload).ok() else { return Vec::new() };
+        if v["k"] == "session-ended" || v["k"] == "filled" {
+            return self.decode_one(&v, 0).into_iter().collect();
+        }
+        let (Some(name), Some(generation)) = (v["u"].as_str(), v["g"].as_str()) else { return Vec::new() };
+        (self.slots_of(name, generation).into_iter()).filter_map(|slot| self.decode_one(&v, slot)).collect()
+    }
+
+    /// Reads a bus message about upstream slot `upstream` (or about no upstream).
+    fn decode_one(&self, v: &Value, upstream: usize) -> Option<Inbound> {
         if v["k"] == "filled" {
             // Waiters are on other replicas, but two flights of one replica (different
             // callers) may wait on one lock too.
@@ -152,7 +173,6 @@ impl Cluster {
             return Some(Inbound::SessionEnded(v["s"].as_str()?.to_owned()));
         }
         let name = v["u"].as_str()?;
-        let upstream = self.0.upstreams.iter().position(|u| &**u == name)?;
         if v["k"] == "claim" {
             self.claimed(upstream);
             return None;
@@ -165,7 +185,7 @@ impl Cluster {
             "active" => Event::Active(Filter::from_json(&v["filter"]).ok()?),
             "interest" => return Some(Inbound::Event { upstream, event: Event::Interest }),
             // Not the listen holder's: no fence applies.
-            "purge" => return Some(Inbound::Event { upstream, event: Event::Purge(purge_target(&v)?) }),
+            "purge" => return Some(Inbound::Event { upstream, event: Event::Purge(purge_target(v)?) }),
             _ => return None,
         };
         let fence = v["f"].as_u64()?;

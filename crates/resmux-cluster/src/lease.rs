@@ -85,12 +85,14 @@ const CLAIM_ROUNDS: u8 = 4;
 const CLAIM_RETRY: Duration = Duration::from_millis(25);
 
 /// The keeper's memory of one upstream's lease between rounds.
-#[derive(Default, Clone, Copy)]
+#[derive(Default, Clone)]
 pub(super) struct Track {
     /// Rounds the lease was seen free while another replica is preferred.
     vacant: u8,
     /// Claims in a row while another replica holds it.
     claims: u8,
+    /// While holding it: the live replicas running the upstream, by the tag they were read for.
+    runners: (String, Vec<String>),
 }
 
 // KEYS: lease. ARGV: value. Deletes it if it is still ours.
@@ -122,7 +124,7 @@ impl Cluster {
     fn set_role(&self, index: usize, role: Role) {
         let old = self.0.roles[index].send_replace(role);
         if old != role {
-            let name = &*self.0.upstreams[index];
+            let name = &*self.member(index).name;
             match role {
                 Role::Holder(token) => {
                     self.0.stats.lease_acquired.fetch_add(1, Ordering::Relaxed);
@@ -150,7 +152,11 @@ impl Cluster {
         filter: &Filter,
         changed: bool,
     ) -> Result<(), super::ClusterError> {
-        let key = format!("{}:interest", self.tag(index));
+        let member = self.member(index);
+        if !member.active {
+            return Ok(());
+        }
+        let key = format!("{}:interest", member.tag);
         let cmd = redis::cmd("HSET").arg(&key).arg(&*self.0.replica).arg(filter.to_json().to_string()).to_owned();
         let _: u64 = self.query("HSET interest", &cmd).await?;
         if changed {
@@ -160,10 +166,11 @@ impl Cluster {
     }
 
     /// Re-reads the union of the other live replicas' interest in upstream `index` (holders
-    /// only), dropping the interest of replicas that stopped beating.
-    pub async fn refresh_interest(&self, index: usize) -> Result<(), super::ClusterError> {
+    /// only), dropping the interest of replicas that stopped beating. Returns the live
+    /// replicas that run the upstream (every one publishes its interest, empty or not).
+    pub async fn refresh_interest(&self, index: usize) -> Result<Vec<String>, super::ClusterError> {
         if self.held_fence(index).is_none() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let key = format!("{}:interest", self.tag(index));
         let all: HashMap<String, String> = self.query("HGETALL interest", redis::cmd("HGETALL").arg(&key)).await?;
@@ -172,11 +179,13 @@ impl Cluster {
             .query("ZRANGEBYSCORE", redis::cmd("ZRANGEBYSCORE").arg(self.replicas_key()).arg(since).arg("+inf"))
             .await?;
         let mut union = Filter::default();
+        let mut runners = Vec::with_capacity(all.len());
         for (replica, text) in &all {
             if !alive.contains(replica) {
                 let _: Result<u64, _> = self.query("HDEL interest", redis::cmd("HDEL").arg(&key).arg(replica)).await;
                 continue;
             }
+            runners.push(replica.clone());
             if **replica == *self.0.replica {
                 continue;
             }
@@ -196,7 +205,7 @@ impl Cluster {
             *old = union;
             changed
         });
-        Ok(())
+        Ok(runners)
     }
 
     /// The live replicas (heartbeat younger than `px`), after beating for this one and
@@ -236,7 +245,7 @@ impl Cluster {
             Err(_) => {
                 let since = *down_since.get_or_insert_with(tokio::time::Instant::now);
                 if since.elapsed() >= expiry {
-                    for i in 0..self.0.roles.len() {
+                    for i in self.active_slots() {
                         self.set_role(i, Role::Solo);
                     }
                 }
@@ -248,17 +257,26 @@ impl Cluster {
         let px = px.to_string();
         let me = &*self.0.replica;
         for (i, track) in tracks.iter_mut().enumerate() {
-            let tag = self.tag(i);
+            let member = self.member(i);
+            if !member.active {
+                *track = Track::default();
+                continue;
+            }
+            let tag = &member.tag;
             let lease = format!("{tag}:lease");
-            let preferred = super::spread::preferred(&self.0.upstreams[i], &live).is_none_or(|p| p == me);
+            let choice = super::spread::preferred(&member.name, &live);
+            let preferred = choice.is_none_or(|p| p == me);
+            // The preferred replica may not run this generation (a rolling reload): kept then.
+            let (known, runners) = (&track.runners.0 == tag, &track.runners.1);
+            let runs = |r: &str| !known || runners.is_empty() || runners.iter().any(|k| k == r);
             let role = *self.0.roles[i].borrow();
             let next = match role {
-                Role::Holder(token) if !preferred => {
+                Role::Holder(token) if !preferred && choice.is_some_and(runs) => {
                     let value = format!("{me}:{token}");
                     match self.eval::<u8>("release lease", &RELEASE, &[&lease], &[value.as_bytes()]).await {
                         Ok(_) => {
                             tracing::info!(
-                                upstream = &*self.0.upstreams[i],
+                                upstream = &*member.name,
                                 "handing the upstream listen to the replica preferred for it"
                             );
                             Role::Follower
@@ -295,6 +313,14 @@ impl Cluster {
                     match self.query::<Option<String>>("GET lease", redis::cmd("GET").arg(&lease)).await {
                         Ok(holder) => {
                             track.vacant = if holder.is_some() { 0 } else { track.vacant.saturating_add(1) };
+                            // Free while the preferred replica does not run it: taken at once.
+                            if holder.is_none()
+                                && let Some(choice) = choice
+                                && !self.runs(&member.tag, choice).await
+                            {
+                                track.vacant = VACANT_ROUNDS;
+                                claimed = true;
+                            }
                             self.note_holder(i, holder.as_deref());
                             // A solo replica keeps its own listen until a holder is there.
                             if holder.is_some() { Role::Follower } else { role }
@@ -307,14 +333,15 @@ impl Cluster {
                 track.claims = 0;
             }
             if let Role::Holder(_) = next {
-                *track = Track::default();
+                (track.vacant, track.claims) = (0, 0);
                 self.note_holder(i, Some(me));
             }
             self.set_role(i, next);
-            if let Role::Holder(_) = next
-                && let Err(e) = self.refresh_interest(i).await
-            {
-                tracing::debug!(error = %e, "cannot read the other replicas' interest");
+            if let Role::Holder(_) = next {
+                match self.refresh_interest(i).await {
+                    Ok(runners) => track.runners = (member.tag.clone(), runners),
+                    Err(e) => tracing::debug!(error = %e, "cannot read the other replicas' interest"),
+                }
             }
         }
         claimed
@@ -324,7 +351,9 @@ impl Cluster {
     /// it, so that it hands the lease over in its next round, run at once, instead of at its
     /// next period. Whether the claim was sent.
     async fn claim(&self, index: usize) -> bool {
-        let msg = serde_json::json!({ "r": &*self.0.replica, "u": &*self.0.upstreams[index], "k": "claim" });
+        let member = self.member(index);
+        let msg =
+            serde_json::json!({ "r": &*self.0.replica, "u": &*member.name, "g": &member.generation, "k": "claim" });
         let cmd = redis::cmd(self.publish_command()).arg(self.channel(index)).arg(msg.to_string()).to_owned();
         self.query::<u64>("claim lease", &cmd).await.is_ok()
     }
@@ -337,27 +366,11 @@ impl Cluster {
         }
     }
 
-    /// Records which replica holds upstream `index`'s listen, from its lease's value.
-    fn note_holder(&self, index: usize, lease: Option<&str>) {
-        let holder = lease.map(|v| v.rsplit_once(':').map_or(v, |(replica, _)| replica));
-        self.0.holders[index].send_if_modified(|old| {
-            let changed = old.as_deref() != holder;
-            if changed {
-                *old = holder.map(Arc::from);
-            }
-            changed
-        });
-    }
-
-    /// The live replicas (ids, sorted), as the last heartbeat saw them: the set leases are
-    /// spread over.
-    pub fn live_replicas(&self) -> Arc<[String]> {
-        self.0.live.borrow().clone()
-    }
-
-    /// The replica holding upstream `index`'s listen, as last seen (`None`: none known).
-    pub fn listen_holder(&self, index: usize) -> Option<Arc<str>> {
-        self.0.holders.get(index).and_then(|h| h.borrow().clone())
+    /// Releases the lease under `tag` if this replica still holds it with `token`.
+    pub(super) async fn release(&self, tag: &str, token: u64) {
+        let lease = format!("{tag}:lease");
+        let value = format!("{}:{token}", self.0.replica);
+        let _ = self.eval::<u8>("release lease", &RELEASE, &[&lease], &[value.as_bytes()]).await;
     }
 }
 
@@ -378,11 +391,9 @@ pub(super) async fn keeper(cluster: Cluster, cancel: CancellationToken) {
             _ = cluster.0.keeper_now.notified() => {}
         }
     }
-    for i in 0..cluster.0.roles.len() {
+    for i in cluster.active_slots() {
         if let Some(token) = cluster.held_fence(i) {
-            let lease = format!("{}:lease", cluster.tag(i));
-            let value = format!("{}:{token}", cluster.0.replica);
-            let _ = cluster.eval::<u8>("release lease", &RELEASE, &[&lease], &[value.as_bytes()]).await;
+            cluster.release(&cluster.tag(i), token).await;
         }
     }
 }

@@ -12,6 +12,8 @@
 //!   fencing token; the others follow. Redis unreachable: every replica goes solo (its own
 //!   listens, its own cache) until Redis is back and the leases are re-established.
 //! - [`sessions`]: legacy sessions' subscriptions, so another replica can continue a session.
+//! - [`members`]: which upstream (name and content generation) each slot stands for; a
+//!   reload installs and retires slots, and leases, interest and the bus follow.
 //!
 //! Every Redis call has a deadline (`op_timeout`); while Redis is unreachable no request waits
 //! on it at all (the health probe decides when to try again).
@@ -22,6 +24,7 @@ mod conn;
 mod fillwait;
 mod l2;
 mod lease;
+mod members;
 mod purge;
 mod sessions;
 mod spread;
@@ -114,8 +117,11 @@ struct Inner {
     key: Vec<u8>,
     /// This replica's random id.
     replica: Arc<str>,
-    /// Upstream names, in config order (Redis keys use names, not indexes).
-    upstreams: Vec<Arc<str>>,
+    /// Per upstream slot: the upstream it stands for (Redis keys use names and generations,
+    /// not slots, which differ between replicas).
+    members: members::Members,
+    /// Bumped when the running slots change: the bus subscriber follows.
+    channels_changed: watch::Sender<u64>,
     healthy: AtomicBool,
     /// Flipped by the health probe; readiness and the admin page read it.
     health: watch::Sender<bool>,
@@ -159,12 +165,13 @@ const MAX_CHANGE_TIMES: u64 = 1 << 16;
 const INBOX: usize = 4096;
 
 impl Cluster {
-    /// The cluster tier for `config`, or `None` when `[cluster]` is absent. Connects lazily:
-    /// a Redis that is down at start is retried by the health probe.
+    /// The cluster tier for `config` with room for `slots` upstream slots (see
+    /// [`Cluster::install`]), or `None` when `[cluster]` is absent. Connects lazily: a Redis
+    /// that is down at start is retried by the health probe.
     pub fn new(
         config: &ClusterConfig,
         cursor_secret: Option<&str>,
-        upstreams: Vec<Arc<str>>,
+        slots: usize,
     ) -> Result<Option<Self>, ClusterSetupError> {
         let Some(target) = config.target().map_err(ClusterSetupError::Secret)? else { return Ok(None) };
         let key = match &config.key_secret {
@@ -175,7 +182,7 @@ impl Cluster {
         let conn = backend.connect_lazily(config).map_err(ClusterSetupError::Url)?;
         let (outbox, outbox_rx) = mpsc::channel(config.max_outbox);
         let (inbox, inbox_rx) = mpsc::channel(INBOX);
-        let n = upstreams.len();
+        let n = slots;
         let replica: Arc<str> = format!("{:016x}", rand::random::<u64>()).into();
         Ok(Some(Self(Arc::new(Inner {
             config: config.clone(),
@@ -183,7 +190,8 @@ impl Cluster {
             conn,
             key: key.into_bytes(),
             replica,
-            upstreams,
+            members: (0..n).map(|_| arc_swap::ArcSwap::from_pointee(members::Member::vacant())).collect(),
+            channels_changed: watch::channel(0).0,
             // Optimistic until the first probe: requests try Redis at once.
             healthy: AtomicBool::new(true),
             health: watch::channel(true).0,
@@ -263,10 +271,11 @@ impl Cluster {
         self.0.remote[index].subscribe()
     }
 
-    /// The Redis hash tag of upstream `index`: every key of one upstream lives in one slot of
-    /// a Redis Cluster, so that one script can read its value, epochs and lock together.
+    /// The start of every Redis name of upstream slot `index`, with its `{name}` hash tag:
+    /// every key of one upstream lives in one slot of a Redis Cluster, so that one script can
+    /// read its value, epochs and lock together (see `members.rs` for the generation).
     fn tag(&self, index: usize) -> String {
-        format!("{}{{{}}}", self.0.config.prefix, self.0.upstreams[index])
+        self.member(index).tag.clone()
     }
 
     /// A keyed hash of `data`, hex, for Redis key names (never raw identities or URIs).
@@ -361,10 +370,11 @@ impl Cluster {
     /// Redis Cluster each lands on the node that owns that upstream's slot (a master lost
     /// and not yet replaced shows here), and a moved slot is learnt of.
     async fn answers(&self, deadline: Duration) -> bool {
-        let probes = (0..self.0.upstreams.len().max(1)).map(|i| {
+        let slots = self.active_slots();
+        let probes = (0..slots.len().max(1)).map(|i| {
             let mut conn = self.0.conn.clone();
-            let cmd = match self.0.upstreams.get(i) {
-                Some(_) => redis::cmd("EXISTS").arg(format!("{}:fence", self.tag(i))).to_owned(),
+            let cmd = match slots.get(i) {
+                Some(&slot) => redis::cmd("EXISTS").arg(format!("{}:fence", self.tag(slot))).to_owned(),
                 None => redis::cmd("PING"),
             };
             self.0.stats.calls.fetch_add(1, Ordering::Relaxed);

@@ -1,9 +1,14 @@
 //! Which replica should hold each upstream's listen: rendezvous (highest-random-weight)
 //! hashing of (upstream, replica) over the live replicas. Every replica computes the same
 //! answer from the same live set, the listens spread evenly, and a replica that joins or
-//! leaves moves only the upstreams it wins or held: the others keep their holder.
+//! leaves moves only the upstreams it wins or held: the others keep their holder. Also what
+//! this replica knows of who holds each listen and which replicas are live.
+
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
+
+use super::Cluster;
 
 /// The weight of `replica` for `upstream` (a stable hash: replicas of different builds agree).
 fn weight(upstream: &str, replica: &str) -> u64 {
@@ -18,6 +23,31 @@ fn weight(upstream: &str, replica: &str) -> u64 {
 /// The replica of `live` that should hold `upstream`'s listen (`None` when none is live).
 pub fn preferred<'a>(upstream: &str, live: &'a [String]) -> Option<&'a str> {
     live.iter().max_by_key(|r| (weight(upstream, r), r.as_str())).map(String::as_str)
+}
+
+impl Cluster {
+    /// Records which replica holds upstream `index`'s listen, from its lease's value.
+    pub(super) fn note_holder(&self, index: usize, lease: Option<&str>) {
+        let holder = lease.map(|v| v.rsplit_once(':').map_or(v, |(replica, _)| replica));
+        self.0.holders[index].send_if_modified(|old| {
+            let changed = old.as_deref() != holder;
+            if changed {
+                *old = holder.map(Arc::from);
+            }
+            changed
+        });
+    }
+
+    /// The live replicas (ids, sorted), as the last heartbeat saw them: the set leases are
+    /// spread over.
+    pub fn live_replicas(&self) -> Arc<[String]> {
+        self.0.live.borrow().clone()
+    }
+
+    /// The replica holding upstream `index`'s listen, as last seen (`None`: none known).
+    pub fn listen_holder(&self, index: usize) -> Option<Arc<str>> {
+        self.0.holders.get(index).and_then(|h| h.borrow().clone())
+    }
 }
 
 #[cfg(test)]

@@ -118,8 +118,7 @@ async fn run(
     ready: oneshot::Sender<Result<Cluster>>,
     stop: oneshot::Receiver<Stop>,
 ) {
-    let names = (0..o.upstreams).map(|i| Arc::from(format!("up{i}"))).collect();
-    let cluster = match Cluster::new(&config, Some(SECRET), names) {
+    let cluster = match Cluster::new(&config, Some(SECRET), o.upstreams) {
         Ok(Some(c)) => c,
         Ok(None) => {
             let _ = ready.send(Err(anyhow::anyhow!("the simulated replica's [cluster] is not enabled")));
@@ -133,6 +132,10 @@ async fn run(
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
     cluster.start(&cancel, &tracker);
+    // Every replica runs the same upstreams (one identity each), as the hub installs them.
+    for u in 0..o.upstreams {
+        cluster.install(u, &format!("up{u}"), b"resmux-load sim upstream");
+    }
     if let Some(inbox) = cluster.take_inbox() {
         tracker.spawn(receive(cluster.clone(), inbox, shared.clone(), cancel.clone()));
     }

@@ -71,23 +71,41 @@ impl ListenStream {
 
     /// The pending changes as one chunk, if any.
     fn changes(&self) -> Option<Bytes> {
-        let (changes, since) = self.sub.listener.take_timed();
-        if changes.is_empty() {
+        let taken = self.sub.listener.take_timed();
+        if taken.is_empty() {
             return None;
         }
+        let (count, since) = (taken.len(), taken.since);
         let sid = self.sid();
-        let mut out = Vec::with_capacity(changes.len() * (128 + sid.len()));
-        for change in &changes {
-            self.framing.append(&mut out, |out| notification(out, sid, change));
-        }
+        let framing = self.framing;
+        let chunk = SCRATCH.with_borrow_mut(|out| {
+            out.clear();
+            taken.for_each(|change| framing.append(out, |out| notification(out, sid, &change)));
+            // Copied out at its exact length: one allocation, which the `Bytes` owns as is
+            // (a vector with spare room would need a second one for the shared count).
+            let chunk = Bytes::copy_from_slice(out);
+            if out.capacity() > MAX_SCRATCH {
+                *out = Vec::new();
+            }
+            chunk
+        });
         // From the fan-out of the oldest change of this chunk (an upper bound for the others,
         // which coalesced behind it).
         if let Some(at) = since {
             let after = at.elapsed();
-            changes.iter().for_each(|_| self.sub.hub().delivered(after));
+            (0..count).for_each(|_| self.sub.hub().delivered(after));
         }
-        Some(Bytes::from(out))
+        Some(chunk)
     }
+}
+
+/// Largest scratch buffer a worker thread keeps for building chunks (a chunk of many changes
+/// grows it past this once; it is not kept).
+const MAX_SCRATCH: usize = 16 << 10;
+
+thread_local! {
+    /// Where a chunk is built before it is copied out at its exact length.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl futures_util::Stream for ListenStream {
