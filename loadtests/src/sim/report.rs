@@ -31,6 +31,7 @@ pub fn markdown(r: &SimReport) -> String {
         r.duration_s,
         r.lease_ttl_ms
     );
+    out.push_str(&format!("Plots: [`{NAME}-calls.svg`]({NAME}-calls.svg) (Redis load per replica), [`{NAME}-notify.svg`]({NAME}-notify.svg) (change delivery).\n\n"));
     out.push_str("| replicas | round trips / replica / s | Redis commands / replica / s | per replica per upstream | Redis in / out KiB / replica / s | changes | delivered / expected | notify p50 / p99 / max ms | L2 hits / fills / busy / errors | leases held by the killed replica | leases moved (others) | re-held after ms (lease_ttl) |\n|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|\n");
     for p in &r.points {
         if let Some(e) = &p.error {
