@@ -183,6 +183,7 @@ impl Admin {
             "events_received": n(&s.received),
             "events_dropped": n(&s.dropped),
             "events_fenced": n(&s.fenced),
+            "fence_rebaselines": n(&s.fence_rebaselines),
             "errors": n(&s.errors),
         })
     }

@@ -75,6 +75,11 @@ fn cluster_metrics(out: &mut String, cluster: &crate::cluster::Cluster, upstream
         ("events_received_total", "Bus messages received.", &s.received),
         ("events_dropped_total", "Bus events dropped (outbox full or Redis down).", &s.dropped),
         ("events_fenced_total", "Bus events of a deposed listen holder, dropped.", &s.fenced),
+        (
+            "fence_rebaselines_total",
+            "Lease tokens read below one already seen (Redis lost writes).",
+            &s.fence_rebaselines,
+        ),
         ("leases_acquired_total", "Upstream listen leases taken.", &s.lease_acquired),
         ("leases_lost_total", "Upstream listen leases lost or handed over.", &s.lease_lost),
     ] {

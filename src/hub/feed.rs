@@ -109,8 +109,9 @@ pub(super) async fn run(hub: Hub, index: usize, cancel: CancellationToken) {
             }
             let now = *role.borrow_and_update();
             // Taking over from another replica's listen: whatever it saw last is unknown here.
-            // (The first lease ever, token 1, has no predecessor.)
-            if was == Role::Follower && now.listens() && now != Role::Holder(1) {
+            // (The first lease this replica knows of has no predecessor.)
+            let first = matches!(now, Role::Holder(_)) && hub.0.cluster.as_ref().is_some_and(|c| !c.took_over(index));
+            if was == Role::Follower && now.listens() && !first {
                 state.lost = true;
             }
             was = now;

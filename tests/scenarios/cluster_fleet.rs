@@ -83,6 +83,29 @@ pub(crate) async fn holder(ps: &[&Proxy], upstream: &str) -> usize {
     .await
 }
 
+/// Waits until every replica of `ps` sees all of them live, and the one holding `upstream`'s
+/// lease is the one the hash prefers among them (so that it keeps it); returns its index.
+pub(crate) async fn settled_holder(ps: &[Proxy], upstream: &str) -> usize {
+    let ids: Vec<String> = ps.iter().map(|p| cluster_state(p)["replica"].as_str().unwrap().to_owned()).collect();
+    eventually("every replica live, and the preferred one holding the lease", || {
+        let states: Vec<Value> = ps.iter().map(cluster_state).collect();
+        let ids = ids.clone();
+        async move {
+            let mut live: Vec<String> = serde_json::from_value(states[0]["live_replicas"].clone()).ok()?;
+            live.sort_unstable();
+            let agreed = states.iter().all(|s| s["live_replicas"] == states[0]["live_replicas"]);
+            if !agreed || live.len() != ids.len() || !ids.iter().all(|id| live.contains(id)) {
+                return None;
+            }
+            let preferred = resmux::cluster::preferred_listen_holder(upstream, &live)?;
+            let h = ids.iter().position(|id| id == preferred)?;
+            let roles = states.iter().map(|s| s["listen_roles"][upstream].as_str().unwrap_or(""));
+            roles.enumerate().all(|(i, r)| r == if i == h { "holder" } else { "follower" }).then_some(h)
+        }
+    })
+    .await
+}
+
 /// A replica of `ups` in its own process sharing `at`, so that it can be SIGKILLed.
 pub(crate) async fn process_replica(ups: &[&SampleHttp], at: Shared<'_>) -> ServeProcess {
     let upstreams: String = (ups.iter())

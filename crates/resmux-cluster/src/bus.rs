@@ -8,7 +8,7 @@
 //! reads the epoch after a fill can tell the fill raced the change. Events are JSON:
 //! `{"r":replica,"u":upstream,"g":generation,"f":fence,"k":kind,...}`. A replica ignores its
 //! own events, those of an upstream or a generation it does not run, and those of a deposed
-//! holder (a fence below the highest seen for that upstream).
+//! holder (a fence below the highest seen for that upstream, see `fence.rs`).
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -189,8 +189,7 @@ impl Cluster {
             _ => return None,
         };
         let fence = v["f"].as_u64()?;
-        let seen = &self.0.fence[upstream];
-        if fence < seen.fetch_max(fence, Ordering::AcqRel) {
+        if !self.0.fence[upstream].admits(fence) {
             self.0.stats.fenced.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(upstream = name, fence, "dropping an event of a deposed listen holder");
             return None;

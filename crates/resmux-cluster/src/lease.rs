@@ -15,7 +15,8 @@
 //! a holder that died is replaced within `lease_ttl` (its heartbeat ages out with its lease).
 //! Redis unreachable: every replica goes solo (its own listen). Redis back: the leases go to
 //! their preferred replicas again, the others become followers; the fence lets followers drop
-//! late events of a deposed holder.
+//! late events of a deposed holder (`fence.rs`: also how a failover that lost writes is kept
+//! from fencing off the new holder).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -59,15 +60,13 @@ if cur then
   end
   return {0, cur}
 end
--- The token grows past the last one, and past the server's clock in ms: a promoted Redis
--- Cluster replica may have lost the last increments of its dead master (replication is
--- asynchronous), and a token below one already issued would fence off the new holder.
-local prev = redis.call('GET', KEYS[2])
-local token = 1
-if prev then
-  local t = redis.call('TIME')
-  token = math.max(tonumber(prev) + 1, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-end
+-- The token grows past the last one, and past the server's clock in ms, the first one too:
+-- a promoted Redis Cluster replica may have lost its dead master's last writes (replication
+-- is asynchronous), or every one of them, the counter included, if its first sync was still
+-- under way; a token below one already issued would fence off the new holder.
+local t = redis.call('TIME')
+local prev = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local token = math.max(prev + 1, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 redis.call('SET', KEYS[2], string.format('%d', token))
 local value = ARGV[1] .. ':' .. string.format('%d', token)
 redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
@@ -128,7 +127,7 @@ impl Cluster {
             match role {
                 Role::Holder(token) => {
                     self.0.stats.lease_acquired.fetch_add(1, Ordering::Relaxed);
-                    self.0.fence[index].fetch_max(token, Ordering::AcqRel);
+                    self.0.fence[index].held(token);
                     tracing::info!(upstream = name, token, "holding the upstream listen lease");
                 }
                 Role::Follower if matches!(old, Role::Holder(_)) => {
@@ -296,9 +295,10 @@ impl Cluster {
                 Role::Follower | Role::Solo if preferred || track.vacant >= VACANT_ROUNDS => {
                     let fence = format!("{tag}:fence");
                     let args: [&[u8]; 2] = [me.as_bytes(), px.as_bytes()];
+                    let floor = self.0.fence[i].floor();
                     match self.eval::<(u64, String)>("acquire lease", &ACQUIRE, &[&lease, &fence], &args).await {
                         Ok((0, holder)) => {
-                            self.note_holder(i, Some(&holder));
+                            self.lease_read(i, Some(&holder), floor);
                             if preferred && track.claims < CLAIM_ROUNDS {
                                 track.claims += 1;
                                 claimed |= self.claim(i).await;
@@ -310,6 +310,7 @@ impl Cluster {
                     }
                 }
                 Role::Follower | Role::Solo => {
+                    let floor = self.0.fence[i].floor();
                     match self.query::<Option<String>>("GET lease", redis::cmd("GET").arg(&lease)).await {
                         Ok(holder) => {
                             track.vacant = if holder.is_some() { 0 } else { track.vacant.saturating_add(1) };
@@ -321,7 +322,7 @@ impl Cluster {
                                 track.vacant = VACANT_ROUNDS;
                                 claimed = true;
                             }
-                            self.note_holder(i, holder.as_deref());
+                            self.lease_read(i, holder.as_deref(), floor);
                             // A solo replica keeps its own listen until a holder is there.
                             if holder.is_some() { Role::Follower } else { role }
                         }

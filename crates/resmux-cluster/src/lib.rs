@@ -9,7 +9,7 @@
 //! - [`bus`]: one pub/sub channel carrying what the upstream listens saw (`updated`,
 //!   `list_changed`, resync), the holders' live filters, and interest changes.
 //! - [`lease`]: per upstream, one replica holds the upstream listen under a lease with a
-//!   fencing token; the others follow. Redis unreachable: every replica goes solo (its own
+//!   fencing token; the others follow, admitting its events by [`fence`]. Redis unreachable: every replica goes solo (its own
 //!   listens, its own cache) until Redis is back and the leases are re-established.
 //! - [`sessions`]: legacy sessions' subscriptions, so another replica can continue a session.
 //! - [`members`]: which upstream (name and content generation) each slot stands for; a
@@ -21,6 +21,7 @@
 mod bus;
 pub mod config;
 mod conn;
+mod fence;
 mod fillwait;
 mod l2;
 mod lease;
@@ -96,6 +97,9 @@ pub struct Stats {
     pub dropped: AtomicU64,
     /// Events received from a deposed listen holder (a fence below the highest seen).
     pub fenced: AtomicU64,
+    /// Lease tokens read from Redis below one already admitted: Redis lost writes (a failover
+    /// to a replica that lacked them), and the fence now follows the holder Redis names.
+    pub fence_rebaselines: AtomicU64,
     pub lease_acquired: AtomicU64,
     pub lease_lost: AtomicU64,
     /// Round trips to Redis the command connection made (a script or a pipeline is one; the
@@ -147,9 +151,9 @@ struct Inner {
     fill_waiters: fillwait::Waiters,
     /// Per upstream (while holding it): the union of the other live replicas' interest.
     remote: Vec<watch::Sender<Filter>>,
-    /// Per upstream: the highest fencing token seen, so a deposed holder's late events are
-    /// dropped.
-    fence: Vec<AtomicU64>,
+    /// Per upstream: which holder's events are admitted, so a deposed holder's late events
+    /// are dropped.
+    fence: Vec<fence::Fence>,
     /// When this replica last learnt of a change, by the Redis name of the epoch it bumps:
     /// a shared value fetched before it is not taken, even while the bump is still on its
     /// way to Redis (the holder applies a change locally before its publisher has bumped the
@@ -208,7 +212,7 @@ impl Cluster {
             keeper_now: tokio::sync::Notify::new(),
             fill_waiters: fillwait::Waiters::default(),
             remote: (0..n).map(|_| watch::channel(Filter::default()).0).collect(),
-            fence: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            fence: (0..n).map(|_| fence::Fence::default()).collect(),
             changed_at: moka::sync::Cache::builder()
                 .max_capacity(MAX_CHANGE_TIMES)
                 .time_to_live(Duration::from_secs(3600))

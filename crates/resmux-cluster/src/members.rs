@@ -17,7 +17,6 @@
 //! upstream in the slot its operators know it by.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use arc_swap::ArcSwap;
 use serde_json::json;
@@ -98,7 +97,7 @@ impl Cluster {
         self.0.roles[slot].send_replace(role);
         self.0.holders[slot].send_replace(twin.and_then(|t| self.0.holders[t].borrow().clone()));
         self.0.remote[slot].send_replace(twin.map(|t| self.0.remote[t].borrow().clone()).unwrap_or_default());
-        self.0.fence[slot].store(twin.map_or(0, |t| self.0.fence[t].load(Ordering::Acquire)), Ordering::Release);
+        self.0.fence[slot].inherit(twin.map(|t| &self.0.fence[t]));
         self.0.channels_changed.send_modify(|n| *n += 1);
         self.0.keeper_now.notify_one();
         tracing::info!(upstream = name, slot, "upstream joined the cluster");
