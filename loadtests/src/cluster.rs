@@ -57,7 +57,7 @@ mod phases;
 mod redis;
 mod report;
 use phases::{listeners, probe, reads};
-pub use redis::Redis;
+pub use redis::{Redis, SharedRedis};
 pub use report::{markdown, write_outputs};
 
 /// The secret every replica shares (`proxy.cursor_secret`); a load test's, not a real one.
@@ -75,15 +75,15 @@ struct Replica {
 
 /// The replica config: the scenario's, plus an admin listener, the shared secret, and the
 /// cluster table when there is a Redis.
-fn replica_scenario(s: &Scenario, spec: &ClusterSpec, admin: SocketAddr, redis: Option<&str>) -> Scenario {
+fn replica_scenario(s: &Scenario, spec: &ClusterSpec, admin: SocketAddr, redis: Option<&SharedRedis>) -> Scenario {
     let mut r = s.clone();
     let mut extra: toml::Table = toml::from_str(&format!(
         "[admin]\naddr = \"{admin}\"\n[proxy]\ncursor_secret = {{ value = \"{SHARED_SECRET}\" }}\n"
     ))
     .expect("static TOML");
-    if let Some(url) = redis {
+    if let Some(redis) = redis {
         let cluster: toml::Table =
-            toml::from_str(&format!("redis_url = \"{url}\"\nlease_ttl = \"{}ms\"\n", spec.lease_ttl.0.as_millis()))
+            toml::from_str(&format!("{}\nlease_ttl = \"{}ms\"\n", redis.target(), spec.lease_ttl.0.as_millis()))
                 .expect("static TOML");
         extra.insert("cluster".into(), cluster.into());
     }
@@ -178,6 +178,8 @@ pub struct ListenPhase {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ModeReport {
     pub redis: bool,
+    /// The Redis is a Redis Cluster (`redis_nodes`), not one Redis.
+    pub redis_cluster: bool,
     pub replicas: usize,
     pub cold: ReadPhase,
     pub warm: ReadPhase,
@@ -252,7 +254,7 @@ fn load_line(s: &Scenario, spec: &ClusterSpec) -> String {
 }
 
 async fn run_mode(s: &Scenario, spec: &ClusterSpec, placement: &Placement, with_redis: bool) -> Result<ModeReport> {
-    let redis = if with_redis { Some(Redis::start(&spec.redis_binary()).await?) } else { None };
+    let redis = if with_redis { Some(SharedRedis::start(spec).await?) } else { None };
     // The probes read keys past the ones the load draws from.
     let mut up = s.clone();
     up.resources = s.resources + spec.probe_keys;
@@ -272,7 +274,7 @@ async fn run_mode(s: &Scenario, spec: &ClusterSpec, placement: &Placement, with_
                 break;
             }
         };
-        let rs = replica_scenario(s, spec, admin, redis.as_ref().map(Redis::url).as_deref());
+        let rs = replica_scenario(s, spec, admin, redis.as_ref());
         match Proxy::start(placement, &ups, &rs).await {
             Ok(proxy) => replicas.push(Replica { proxy, admin }),
             Err(e) => {
@@ -331,6 +333,7 @@ async fn measure(
     }
     Ok(ModeReport {
         redis: with_redis,
+        redis_cluster: with_redis && spec.redis_cluster,
         replicas: replicas.len(),
         cold,
         warm,

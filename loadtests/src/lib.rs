@@ -18,6 +18,8 @@
 //! - [`histogram`]: latency percentiles; [`procfs`]: memory and CPU from `/proc`.
 //! - [`run`]: one scenario, side by side; [`report`] and [`plot`]: what it writes.
 //! - [`cluster`]: the cluster scenario, several replicas with and without a shared Redis.
+//! - [`sim`]: many replicas simulated in one process, each the real cluster tier, against a
+//!   Redis Cluster ([`rcluster`], also the `cluster-sharded` scenario's).
 //! - [`external`]: servers for outside generators (wrk, oha), `loadtests/external/`.
 //! - [`instructions`]: instructions per cached read under callgrind, the CI regression gate.
 //! - [`bench`]: `resmux-load bench URL`, the load tester for any MCP endpoint (not started
@@ -38,11 +40,13 @@ pub mod placement;
 pub mod plot;
 pub mod procfs;
 pub mod proxy;
+pub mod rcluster;
 pub mod report;
 pub mod requests;
 pub mod run;
 pub mod scenario;
 pub mod servers;
+pub mod sim;
 pub mod sweep;
 pub mod target;
 pub mod wire;

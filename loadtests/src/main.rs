@@ -106,6 +106,16 @@ enum Command {
         #[arg(long)]
         resource_bytes: Option<usize>,
     },
+    /// Simulate many replicas in this process, each the real cluster tier, against a Redis
+    /// Cluster it starts (6 redis-servers on loopback): Redis load per replica, change
+    /// delivery and lease moves as the replica count grows. Writes cluster-sim.{md,json,svg}.
+    Sim {
+        #[command(flatten)]
+        options: resmux_load::sim::SimOptions,
+        /// Directory for the results.
+        #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/results"))]
+        out: PathBuf,
+    },
     /// Plot a sweep over several runs.
     Plot {
         #[command(subcommand)]
@@ -163,6 +173,19 @@ async fn main() -> Result<()> {
             let status = resmux_load::bench::main(*args).await?;
             if status != 0 {
                 std::process::exit(status);
+            }
+        }
+        Command::Sim { options: o, out } => {
+            // Each replica holds a few connections per master, and the process must not run
+            // short of descriptors at the largest point.
+            let largest = o.replicas.iter().copied().max().unwrap_or(0) as u64;
+            resmux_load::procfs::raise_open_file_limit(64 * largest + 1024);
+            let mut args = std::env::args().skip(1).collect::<Vec<_>>();
+            args.insert(0, "./target/release/resmux-load".into());
+            let report = resmux_load::sim::run(&o, args.join(" ")).await?;
+            print!("{}", resmux_load::sim::markdown(&report));
+            for f in resmux_load::sim::write_outputs(&report, &out)? {
+                eprintln!("wrote {}", f.display());
             }
         }
         Command::ServeCeiling { body } => resmux_load::ceiling::serve_child(&body).await?,

@@ -114,6 +114,10 @@ pub struct Stats {
     pub interest_resyncs: AtomicU64,
     pub lease_acquired: AtomicU64,
     pub lease_lost: AtomicU64,
+    /// Round trips to Redis the command connection made (a script or a pipeline is one; the
+    /// health probe's included, the bus subscription's pushes not), so that the Redis load of
+    /// one replica can be read against the commands Redis counts.
+    pub calls: AtomicU64,
 }
 
 /// Cheap handle over the cluster tier.
@@ -314,6 +318,7 @@ impl Cluster {
         if !self.healthy() {
             return Err(ClusterError::Unavailable);
         }
+        self.0.stats.calls.fetch_add(1, Ordering::Relaxed);
         let result = tokio::time::timeout(self.0.config.op_timeout, call).await;
         self.outcome(op, result)
     }
@@ -391,6 +396,7 @@ impl Cluster {
                 Some(&slot) => redis::cmd("EXISTS").arg(format!("{}:fence", self.tag(slot))).to_owned(),
                 None => redis::cmd("PING"),
             };
+            self.0.stats.calls.fetch_add(1, Ordering::Relaxed);
             async move {
                 matches!(tokio::time::timeout(deadline, cmd.query_async::<redis::Value>(&mut conn)).await, Ok(Ok(_)))
             }

@@ -66,3 +66,37 @@ impl Redis {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// What the replicas of a run share: one Redis, or a Redis Cluster (`redis_cluster = true`).
+pub enum SharedRedis {
+    One(Redis),
+    Cluster(crate::rcluster::RedisCluster),
+}
+
+impl SharedRedis {
+    pub async fn start(spec: &ClusterSpec) -> Result<Self> {
+        Ok(if spec.redis_cluster {
+            Self::Cluster(crate::rcluster::RedisCluster::start(&spec.redis_binary()).await?)
+        } else {
+            Self::One(Redis::start(&spec.redis_binary()).await?)
+        })
+    }
+
+    /// The `[cluster]` key that points a replica at it.
+    pub fn target(&self) -> String {
+        match self {
+            Self::One(r) => format!("redis_url = \"{}\"", r.url()),
+            Self::Cluster(c) => {
+                let seeds: Vec<String> = c.seeds().iter().map(|s| format!("\"{s}\"")).collect();
+                format!("redis_nodes = [{}]", seeds.join(", "))
+            }
+        }
+    }
+
+    pub async fn stop(self) {
+        match self {
+            Self::One(r) => r.stop().await,
+            Self::Cluster(c) => c.stop().await,
+        }
+    }
+}

@@ -5,7 +5,11 @@ use super::*;
 /// The Markdown table of a cluster report.
 pub fn markdown(r: &ClusterReport) -> String {
     let mut out = format!("### {}\n\n*Figure:* {}  \n*Load:* {}  \n*Front:* {}\n\n", r.name, r.figure, r.load, r.front);
-    let label = |m: &ModeReport| if m.redis { "with Redis" } else { "without Redis" };
+    let label = |m: &ModeReport| match (m.redis, m.redis_cluster) {
+        (true, true) => "with Redis Cluster",
+        (true, false) => "with Redis",
+        (false, _) => "without Redis",
+    };
     let int = |n: u64| {
         let s = n.to_string();
         let mut o = String::new();
@@ -93,7 +97,8 @@ pub fn markdown(r: &ClusterReport) -> String {
             .map(|c| c["listen_roles"][upstream_name(0)].as_str().unwrap_or("?").to_owned())
             .collect();
         out.push_str(&format!(
-            "- with Redis, summed over replicas after reads and probes: l2_hits {}, l2_misses {}, l2_fills {}, lock_waits {}; listen roles after the listeners: {}\n",
+            "- {}, summed over replicas after reads and probes: l2_hits {}, l2_misses {}, l2_fills {}, lock_waits {}; listen roles after the listeners: {}\n",
+            label(m),
             sum("l2_hits"),
             sum("l2_misses"),
             sum("l2_fills"),
@@ -109,7 +114,30 @@ pub fn markdown(r: &ClusterReport) -> String {
     for n in &r.notes {
         out.push_str(&format!("- {n}\n"));
     }
+    out.push_str(&targets(r));
     out
+}
+
+/// The hit-path targets of issue #31: a cross-replica L2 hit p99 within 2 ms, and the first
+/// read of a cold key with Redis within 1.5× the time without.
+fn targets(r: &ClusterReport) -> String {
+    let (Some(without), Some(with)) = (r.modes.iter().find(|m| !m.redis), r.modes.iter().find(|m| m.redis)) else {
+        return String::new();
+    };
+    if without.error.is_some() || with.error.is_some() {
+        return String::new();
+    }
+    let verdict = |ok: bool| if ok { "met" } else { "**missed**" };
+    let l2 = with.probes.other_replica_ms.p99;
+    let (cold_with, cold_without) = (with.probes.upstream_fetch_ms.p99, without.probes.upstream_fetch_ms.p99);
+    let ratio = if cold_without > 0.0 { cold_with / cold_without } else { f64::INFINITY };
+    let (p50_with, p50_without) = (with.probes.upstream_fetch_ms.p50, without.probes.upstream_fetch_ms.p50);
+    format!(
+        "\nTargets:\n\n- cross-replica L2 hit p99 ≤ 2 ms: **{l2:.3} ms**, {}.\n- first read of a cold key with Redis ≤ 1.5× without: p99 {cold_with:.3} / {cold_without:.3} ms = **{ratio:.2}×**, {} (p50 {p50_with:.3} / {p50_without:.3} ms = {:.2}×).\n",
+        verdict(l2 <= 2.0),
+        verdict(ratio <= 1.5),
+        if p50_without > 0.0 { p50_with / p50_without } else { f64::INFINITY },
+    )
 }
 
 /// Writes `NAME.json` and `NAME.md`.

@@ -26,6 +26,9 @@ pub struct ClusterSpec {
     /// The `redis-server` binary. Default `redis-server` (the `RESMUX_REDIS_SERVER`
     /// environment variable overrides it).
     pub redis_server: String,
+    /// Share a Redis Cluster (6 nodes: 3 masters, 3 replicas; `[cluster] redis_nodes`)
+    /// instead of one Redis. Default false.
+    pub redis_cluster: bool,
 }
 
 impl Default for ClusterSpec {
@@ -37,6 +40,7 @@ impl Default for ClusterSpec {
             settle: Dur(Duration::from_secs(2)),
             lease_ttl: Dur(Duration::from_secs(2)),
             redis_server: "redis-server".into(),
+            redis_cluster: false,
         }
     }
 }
