@@ -16,6 +16,7 @@
 //! - [`sessions`]: legacy sessions' subscriptions, so another replica can continue a session.
 //! - [`members`]: which upstream (name and content generation) each slot stands for; a
 //!   reload installs and retires slots, and leases, interest and the bus follow.
+//! - [`stats`]: the counters behind `/metrics` and `/readyz`'s cluster view.
 //!
 //! Every Redis call has a deadline (`op_timeout`); while Redis is unreachable no request waits
 //! on it at all (the health probe decides when to try again).
@@ -32,12 +33,13 @@ mod members;
 mod purge;
 mod sessions;
 mod spread;
+mod stats;
 pub use spread::preferred as preferred_listen_holder;
 mod subscribe;
 mod value;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use hmac::{KeyInit, Mac};
@@ -50,6 +52,7 @@ pub use fillwait::FillWait;
 pub use l2::{Probe, SharedKey};
 pub use lease::Role;
 pub use sessions::Adopted;
+pub use stats::Stats;
 pub use value::{SharedValue, now_ms};
 
 pub use crate::config::{ClusterConfig, RedisTarget};
@@ -79,45 +82,6 @@ pub enum ClusterSetupError {
     Secret(#[source] resmux_proto::secret::SecretError),
     #[error("cluster: no key for private partitions (set cluster.key_secret or proxy.cursor_secret)")]
     NoKey,
-}
-
-/// Counters of the cluster tier, for `/metrics` and the tests.
-#[derive(Default, Debug)]
-pub struct Stats {
-    pub l2_hits: AtomicU64,
-    pub l2_misses: AtomicU64,
-    pub l2_fills: AtomicU64,
-    /// Fills refused because an epoch moved while fetching (another replica saw a change).
-    pub l2_fills_raced: AtomicU64,
-    /// Misses that waited for another replica's fill.
-    pub lock_waits: AtomicU64,
-    /// Notices that woke such a wait (the fill, or its failure, was announced).
-    pub fill_notices: AtomicU64,
-    pub errors: AtomicU64,
-    pub published: AtomicU64,
-    pub received: AtomicU64,
-    /// Events dropped because the outbox was full.
-    pub dropped: AtomicU64,
-    /// Events received from a deposed listen holder (a fence below the highest seen).
-    pub fenced: AtomicU64,
-    /// Lease tokens read from Redis below one already admitted: Redis lost writes (a failover
-    /// to a replica that lacked them), and the fence now follows the holder Redis names.
-    pub fence_rebaselines: AtomicU64,
-    /// Redis calls made for interest (writes, reads, announcements).
-    pub interest_calls: AtomicU64,
-    /// Payload bytes of those calls, both ways (keys, fields, values; not the protocol's
-    /// framing).
-    pub interest_bytes: AtomicU64,
-    /// Interest changes of other replicas applied by a listen holder without a Redis read.
-    pub interest_deltas: AtomicU64,
-    /// Times a listen holder read every replica's interest again.
-    pub interest_resyncs: AtomicU64,
-    pub lease_acquired: AtomicU64,
-    pub lease_lost: AtomicU64,
-    /// Round trips to Redis the command connection made (a script or a pipeline is one; the
-    /// health probe's included, the bus subscription's pushes not), so that the Redis load of
-    /// one replica can be read against the commands Redis counts.
-    pub calls: AtomicU64,
 }
 
 /// Cheap handle over the cluster tier.
