@@ -203,8 +203,14 @@ impl Cluster {
             let (known, runners) = (&track.runners.0 == tag, &track.runners.1);
             let runs = |r: &str| !known || runners.is_empty() || runners.iter().any(|k| k == r);
             let role = *self.0.roles[i].borrow();
+            // The runners are read in full only every `interest_resync`: one that is not among
+            // them yet (it started since) is asked for, before the lease is kept from it.
+            let hand_over = match choice {
+                Some(c) if !preferred && matches!(role, Role::Holder(_)) => runs(c) || self.runs(tag, c).await,
+                _ => false,
+            };
             let next = match role {
-                Role::Holder(token) if !preferred && choice.is_some_and(runs) => {
+                Role::Holder(token) if hand_over => {
                     let value = format!("{me}:{token}");
                     match self.eval::<u8>("release lease", &RELEASE, &[&lease], &[value.as_bytes()]).await {
                         Ok(_) => {
