@@ -17,7 +17,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
-use crate::auth::{Jwks, claims, es256, jwt_config, sign};
+use crate::jwt_issuer::{Jwks, claims, es256, jwt_config, sign};
 use crate::support::*;
 use resmux::config::{AuthMode, AuthModes, ClientAuth, Config, Credential, OAuthClient, SecretSource, UpstreamConfig};
 use resmux::sample::{Failure, SampleHttp, SampleSpec};

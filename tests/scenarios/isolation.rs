@@ -14,9 +14,9 @@ use futures_util::future::join_all;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use crate::auth::{Jwks, claims, es256, jwt_config, sign};
 use crate::cluster::{Redis, replica_config};
 use crate::credentials::{TokenEndpoint, oauth};
+use crate::jwt_issuer::{Jwks, claims, es256, jwt_config, sign};
 use crate::support::*;
 use resmux::config::{AuthMode, AuthModes, ClientAuth, Config, Credential, TrustPublic, UpstreamConfig};
 use resmux::sample::{SampleHttp, SampleSpec};

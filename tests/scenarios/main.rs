@@ -2,6 +2,7 @@
 //! One test binary (modules below) keeps link time down.
 
 mod support;
+mod support_process;
 
 mod abuse;
 mod admin_page;
@@ -18,13 +19,16 @@ mod credentials;
 mod hostile;
 mod interop;
 mod isolation;
+mod jwt_issuer;
 mod large;
 mod lean;
+mod lean_connections;
 mod legacy;
 mod legacy_sdk;
 mod legacy_upstream;
 mod limits;
 mod listen;
+mod listen_slow;
 mod merge;
 mod namespace;
 mod ops;
@@ -38,6 +42,7 @@ mod stdio_downstream;
 mod tls;
 mod trust;
 mod ts_v2_client;
+mod upstream_edges;
 mod uri_checks;
 mod uris;
 mod uris_peers;

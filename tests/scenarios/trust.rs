@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use crate::auth::{Jwks, claims, es256, jwt_config, sign};
 use crate::credentials::{EXCHANGE, TokenEndpoint, oauth};
+use crate::jwt_issuer::{Jwks, claims, es256, jwt_config, sign};
 use crate::support::*;
 use resmux::config::{AuthMode, AuthModes, ClientAuth, Config, Credential, SecretSource, TrustPublic, UpstreamConfig};
 
