@@ -2,7 +2,6 @@
 //! One test binary (modules below) keeps link time down.
 
 mod support;
-mod support_process;
 
 mod abuse;
 mod admin_page;

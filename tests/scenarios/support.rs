@@ -396,4 +396,9 @@ where
     addr
 }
 
-pub use crate::support_process::*;
+// A file of its own, included here so that every binary that includes this file (the
+// scenarios and `tests/otel.rs`) gets it too.
+#[path = "support_process.rs"]
+mod process;
+#[allow(unused_imports, reason = "tests/otel.rs includes this file and uses none of it")]
+pub use process::*;

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::support::DEADLINE;
+use super::DEADLINE;
 
 /// `resmux serve` in a process of its own, started from the config `text` (which must log
 /// JSON at `info`, so that the listening address can be read from its log), and the address
