@@ -164,32 +164,18 @@ impl Admin {
         let holders: serde_json::Map<String, Value> = (self.0.router.upstreams().iter())
             .map(|u| (u.name().to_owned(), json!(cluster.listen_holder(u.slot() as usize).as_deref())))
             .collect();
-        let s = cluster.stats();
-        let n = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-        json!({
+        let mut out = json!({
             "redis": if redis_up { "up" } else { "degraded" },
             "redis_mode": if cluster.is_redis_cluster() { "cluster" } else { "standalone" },
             "replica": cluster.replica(),
             "live_replicas": &*cluster.live_replicas(),
             "listen_roles": roles,
             "listen_holders": holders,
-            "l2_hits": n(&s.l2_hits),
-            "l2_misses": n(&s.l2_misses),
-            "l2_fills": n(&s.l2_fills),
-            "l2_fills_raced": n(&s.l2_fills_raced),
-            "lock_waits": n(&s.lock_waits),
-            "fill_notices": n(&s.fill_notices),
-            "events_published": n(&s.published),
-            "events_received": n(&s.received),
-            "events_dropped": n(&s.dropped),
-            "events_fenced": n(&s.fenced),
-            "fence_rebaselines": n(&s.fence_rebaselines),
-            "interest_calls": n(&s.interest_calls),
-            "interest_bytes": n(&s.interest_bytes),
-            "interest_deltas": n(&s.interest_deltas),
-            "interest_resyncs": n(&s.interest_resyncs),
-            "errors": n(&s.errors),
-        })
+        });
+        for (name, _, value) in cluster.stats().counters() {
+            out[name] = json!(value);
+        }
+        out
     }
 
     /// Per-upstream figures.

@@ -47,7 +47,6 @@ pub fn metrics_text(router: &Router, hub: &Hub) -> String {
 /// replica holds, and the shared tier's and bus's counters.
 fn cluster_metrics(out: &mut String, cluster: &crate::cluster::Cluster, upstreams: &[(usize, &str)]) {
     use std::fmt::Write;
-    use std::sync::atomic::Ordering::Relaxed;
     let mut put = |name: &str, kind: &str, help: &str, lines: &[(String, u64)]| {
         let _ = writeln!(out, "# HELP resmux_cluster_{name} {help}\n# TYPE resmux_cluster_{name} {kind}");
         for (labels, v) in lines {
@@ -62,31 +61,7 @@ fn cluster_metrics(out: &mut String, cluster: &crate::cluster::Cluster, upstream
         })
         .collect();
     put("listen_held", "gauge", "Whether this replica holds the upstream's listen for the fleet.", &held);
-    let s = cluster.stats();
-    for (name, help, counter) in [
-        ("errors_total", "Redis calls that failed or timed out.", &s.errors),
-        ("l2_hits_total", "Misses answered from the shared tier.", &s.l2_hits),
-        ("l2_misses_total", "Misses the shared tier could not answer.", &s.l2_misses),
-        ("l2_fills_total", "Values written to the shared tier.", &s.l2_fills),
-        ("l2_fills_raced_total", "Fills refused because a change raced them.", &s.l2_fills_raced),
-        ("lock_waits_total", "Misses that waited for another replica's fill.", &s.lock_waits),
-        ("fill_notices_total", "Waits woken by a fill's notice.", &s.fill_notices),
-        ("events_published_total", "Bus events published.", &s.published),
-        ("events_received_total", "Bus messages received.", &s.received),
-        ("events_dropped_total", "Bus events dropped (outbox full or Redis down).", &s.dropped),
-        ("events_fenced_total", "Bus events of a deposed listen holder, dropped.", &s.fenced),
-        (
-            "fence_rebaselines_total",
-            "Lease tokens read below one already seen (Redis lost writes).",
-            &s.fence_rebaselines,
-        ),
-        ("interest_calls_total", "Redis calls made for interest.", &s.interest_calls),
-        ("interest_bytes_total", "Payload bytes of the interest calls, both ways.", &s.interest_bytes),
-        ("interest_deltas_total", "Interest changes a holder applied without a read.", &s.interest_deltas),
-        ("interest_resyncs_total", "Full reads of every replica's interest by a holder.", &s.interest_resyncs),
-        ("leases_acquired_total", "Upstream listen leases taken.", &s.lease_acquired),
-        ("leases_lost_total", "Upstream listen leases lost or handed over.", &s.lease_lost),
-    ] {
-        put(name, "counter", help, &[(String::new(), counter.load(Relaxed))]);
+    for (name, help, value) in cluster.stats().counters() {
+        put(&format!("{name}_total"), "counter", help, &[(String::new(), value)]);
     }
 }

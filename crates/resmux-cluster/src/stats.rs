@@ -1,6 +1,6 @@
 //! The cluster tier's counters.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Counters of the cluster tier, for `/metrics` and the tests.
 #[derive(Default, Debug)]
@@ -39,4 +39,37 @@ pub struct Stats {
     /// health probe's included, the bus subscription's pushes not), so that the Redis load of
     /// one replica can be read against the commands Redis counts.
     pub calls: AtomicU64,
+}
+
+impl Stats {
+    /// The counters operators read, each with its name (`/readyz`'s key; `/metrics` adds
+    /// `_total`) and what it counts: one list, so the two views cannot drift apart.
+    pub fn counters(&self) -> [(&'static str, &'static str, u64); 19] {
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        [
+            ("errors", "Redis calls that failed or timed out.", n(&self.errors)),
+            ("l2_hits", "Misses answered from the shared tier.", n(&self.l2_hits)),
+            ("l2_misses", "Misses the shared tier could not answer.", n(&self.l2_misses)),
+            ("l2_fills", "Values written to the shared tier.", n(&self.l2_fills)),
+            ("l2_fills_raced", "Fills refused because a change raced them.", n(&self.l2_fills_raced)),
+            ("lock_waits", "Misses that waited for another replica's fill.", n(&self.lock_waits)),
+            ("fill_notices", "Waits woken by a fill's notice.", n(&self.fill_notices)),
+            ("events_published", "Bus events published.", n(&self.published)),
+            ("events_received", "Bus messages received.", n(&self.received)),
+            ("events_dropped", "Bus events dropped (outbox full or Redis down).", n(&self.dropped)),
+            ("events_fenced", "Bus events of a deposed listen holder, dropped.", n(&self.fenced)),
+            (
+                "fence_rebaselines",
+                "Lease tokens read below one already seen (Redis lost writes).",
+                n(&self.fence_rebaselines),
+            ),
+            ("interest_calls", "Redis calls made for interest.", n(&self.interest_calls)),
+            ("interest_bytes", "Payload bytes of the interest calls, both ways.", n(&self.interest_bytes)),
+            ("interest_deltas", "Interest changes a holder applied without a read.", n(&self.interest_deltas)),
+            ("interest_resyncs", "Full reads of every replica's interest by a holder.", n(&self.interest_resyncs)),
+            ("leases_acquired", "Upstream listen leases taken.", n(&self.lease_acquired)),
+            ("leases_lost", "Upstream listen leases lost or handed over.", n(&self.lease_lost)),
+            ("redis_calls", "Round trips to Redis on the command connection.", n(&self.calls)),
+        ]
+    }
 }
