@@ -194,15 +194,21 @@ async fn next_request<T: AsyncRead + AsyncWrite + Unpin, S: Service>(
     shutdown: &mut Shutdown,
 ) -> Next {
     let bounds = Bounds { head: lean.max_head, body: MAX_LEAN_BODY.min(lean.service.max_body()) };
+    // How much was read when the head was last found partial (hyper's `partial_len`).
+    let mut partial = None;
     let head = loop {
-        match head::parse(&buf, &lean.uri, lean.takes, bounds, ranges) {
+        let parsed = match partial {
+            Some(prev_len) if !head::may_have_ended(&buf, prev_len) => Parsed::Partial,
+            _ => head::parse(&buf, &lean.uri, lean.takes, bounds, ranges),
+        };
+        match parsed {
             Parsed::Lean(head) => break head,
             // hyper answers a complete head over the bound with 431 (`parse` checks it).
             Parsed::Other => return Next::HandOff(buf),
             // And an unfinished one that reached it (`>=`, as hyper: at the bound the head
             // is not complete, so it would be longer).
             Parsed::Partial if buf.len() >= lean.max_head => return Next::HandOff(buf),
-            Parsed::Partial => {}
+            Parsed::Partial => partial = (!buf.is_empty()).then_some(buf.len()),
         }
         match read_more(io, &mut buf, Some(&mut shutdown.fired)).await {
             Read::More => {}

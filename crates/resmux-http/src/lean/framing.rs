@@ -274,3 +274,23 @@ fn dates_are_blanked_and_cuts_cover_the_stream() {
     let reads = cut(b"abcdef", &[4, 2, 2, 0, 99]);
     assert_eq!(reads, [Bytes::from_static(b"ab"), Bytes::from_static(b"cd"), Bytes::from_static(b"ef")]);
 }
+
+/// A malformed start of a pipelined request that arrives in two reads (`a` with the request
+/// before it, then `{`): hyper parses a partial head again only once its end may be in, so it
+/// waits, where the same bytes in one read get a 400. The lean path must do both likewise.
+#[test]
+fn a_malformed_start_waits_for_its_end_as_hyper_does() {
+    let stream = format!("POST {} HTTP/1.1\r\ncontent-length: 0\r\n\r\na{{", toy::PATH);
+    let first = stream.len() - 1;
+    let (lean, hyper) = both(&cut(stream.as_bytes(), &[first]));
+    assert!(!hyper.closed && !hyper.written.contains("400"), "{hyper:?}");
+    assert_eq!(lean, hyper);
+    let (lean, hyper) = both(&cut(stream.as_bytes(), &[]));
+    assert!(hyper.closed && hyper.written.contains("HTTP/1.1 400 "), "{hyper:?}");
+    assert_eq!(lean, hyper);
+    // And once the head seems to end, both parse it again and refuse it.
+    let ended = format!("{stream}\r\n\r\n");
+    let (lean, hyper) = both(&cut(ended.as_bytes(), &[first, first + 1]));
+    assert!(hyper.closed && hyper.written.contains("HTTP/1.1 400 "), "{hyper:?}");
+    assert_eq!(lean, hyper);
+}

@@ -65,6 +65,17 @@ pub(super) struct Bounds {
     pub body: usize,
 }
 
+/// Whether a head that was still partial at `prev_len` bytes may have ended in `buf`: the
+/// end of a head (`\r\n\r\n`, or `\n\n`) lies in or straddles what came since. hyper parses a
+/// partial head again only when this holds (`is_complete_fast` in its `proto::h1::role`), so
+/// a malformed start that arrives in pieces (`a` then `{`) is not refused until its head
+/// seems to end, while the same bytes in one read are refused at once. The lean path hands
+/// a malformed head to hyper, which judges it afresh, so it must wait as hyper would.
+pub(super) fn may_have_ended(buf: &[u8], prev_len: usize) -> bool {
+    let since = buf.get(prev_len.saturating_sub(3)..).unwrap_or_default();
+    since.windows(4).any(|w| w == b"\r\n\r\n") || since.windows(2).any(|w| w == b"\n\n")
+}
+
 /// Parses `buf` as the start of a request to `uri` (the service's path) that `takes` covers,
 /// within `bounds`; a lean head's headers are left in `ranges`.
 pub(super) fn parse<K: KnownNames>(
