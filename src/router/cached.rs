@@ -157,29 +157,35 @@ impl Routing {
             Stored::NotFound => (cache.negative_ttl(), false),
             _ => (cache.clamp_ttl(fetched.ttl_ms), fetched.public),
         };
-        let (mut fetched, may_store) = match &self.0.cluster {
-            Some(cluster) if cluster.healthy() => {
-                match self.lead_shared(cluster, key, uri, principal, ttl_of, fetch).await? {
-                    FromShared::Adopted(value) => return Ok(self.adopt(key, uri, principal, ticket, value)),
-                    FromShared::Fetched { fetched, store } => (fetched, store),
-                }
-            }
-            _ => (fetch().await?, true),
+        let (mut fetched, lock) = match &self.0.cluster {
+            Some(cluster) if cluster.healthy() => match self.lead_shared(cluster, key, uri, principal, fetch).await? {
+                FromShared::Adopted(value) => return Ok(self.adopt(key, uri, principal, ticket, value)),
+                FromShared::Fetched { fetched, lock } => (fetched, lock),
+            },
+            _ => (fetch().await?, None),
         };
-        if let Some(stored) = fetched.stored.take().filter(|_| may_store) {
+        if let Some(stored) = fetched.stored.take() {
             let (ttl, public) = ttl_of(&fetched, &stored);
             let partition = if public { Partition::Public } else { Partition::Private(principal.clone()) };
             let tail = match &stored {
                 Stored::Result { tail } => Some(tail.clone()),
                 _ => None,
             };
+            let shared = lock.map(|lock| (lock.value(stored.clone(), public, ttl.as_millis() as u64), lock));
             let watch = self.watched_uri(key, uri, &stored);
-            if cache.store(key.clone(), partition, stored, ttl, ticket, watch) {
+            let cache_key = key.clone().in_partition(partition);
+            if cache.store_aged(cache_key.clone(), stored, ttl, ticket, watch, Duration::ZERO) {
                 let ttl_ms = ttl.as_millis() as u64;
                 fetched.ttl_ms = ttl_ms;
                 if let Some(tail) = tail {
                     fetched.got = Got::Result(splice_ttl(&tail, ttl_ms));
                 }
+            }
+            // Written after the local store, so that a fill refused for a change that raced
+            // the fetch (one this replica has not heard of yet) takes the local copy out too.
+            if let Some((value, lock)) = shared {
+                let cache = cache.clone();
+                lock.fill_later(value, move || cache.forget(&cache_key));
             }
         }
         Ok(Arc::new(Outcome { served: Served::fresh(fetched, CacheStatus::Miss), leader: principal.clone() }))

@@ -238,6 +238,12 @@ impl Cache {
         true
     }
 
+    /// Removes the entry under `key`: one stored before the shared tier told this replica
+    /// that a change had raced its fetch.
+    pub fn forget(&self, key: &CacheKey) {
+        self.0.store.invalidate(key);
+    }
+
     /// The largest entry stored; a read answer past it is relayed, not held.
     pub fn max_entry_bytes(&self) -> u64 {
         self.0.config.max_entry_bytes

@@ -39,6 +39,10 @@ pub struct ClusterConfig {
     /// Default 5 s.
     #[serde(with = "humantime_serde")]
     pub lock_wait: Duration,
+    /// Most fills (and fill-lock releases) being written to Redis at once. A miss is answered
+    /// before its fill is written; past this bound a fill is dropped (and counted) and its
+    /// lock expires within `lock_ttl`. Default 1,024.
+    pub max_pending_fills: usize,
     /// Lifetime of an upstream-listen lease; the holder renews it every third of it, and
     /// another replica takes over within it when the holder dies. Default 5 s.
     #[serde(with = "humantime_serde")]
@@ -73,6 +77,7 @@ impl Default for ClusterConfig {
             max_entry_bytes: 1 << 20,
             lock_ttl: Duration::from_secs(2),
             lock_wait: Duration::from_secs(5),
+            max_pending_fills: 1024,
             lease_ttl: Duration::from_secs(5),
             ready_when_degraded: true,
             max_outbox: 10_000,
@@ -145,6 +150,9 @@ impl ClusterConfig {
         }
         if self.max_outbox == 0 {
             err("max_outbox", "must be at least 1");
+        }
+        if self.max_pending_fills == 0 {
+            err("max_pending_fills", "must be at least 1");
         }
         if self.prefix.contains(['{', '}']) {
             err("prefix", "must not contain `{` or `}` (resmux uses hash tags itself)");

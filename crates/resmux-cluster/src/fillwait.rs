@@ -1,7 +1,8 @@
 //! Waking the replicas that wait for another replica's fill, instead of having them poll.
 //!
-//! A replica that finds a key's fill lock taken marks the key as waited for (`<tag>:wait:…`,
-//! expiring with the lock) and waits on a local notice. The fill (or the unlock of a fill that
+//! A flight leader registers a local waiter before it probes; a probe that finds the key's
+//! fill lock taken marks the key as waited for (`<tag>:wait:…`, expiring with the lock) in the
+//! same script, and the leader then waits on the local notice. The fill (or the unlock of a fill that
 //! failed) deletes the mark and, only if there was one, publishes a `filled` notice on the
 //! upstream's bus channel in the same script, so a fill nobody waits for costs no message.
 //! A lost notice only costs the waiter its fallback poll.
@@ -12,7 +13,7 @@ use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::Notify;
 
 use super::l2::SharedKey;
-use super::{Cluster, ClusterError};
+use super::Cluster;
 
 /// The replicas' local waiters, by the Redis name of the fill lock they wait on. Holds one
 /// entry per waiting flight leader, removed when its [`FillWait`] drops.
@@ -46,18 +47,14 @@ impl Drop for FillWait {
 }
 
 impl Cluster {
-    /// Starts waiting for the fill of `key` by another replica: registers the local waiter,
-    /// then marks the key as waited for in Redis. The caller probes again after this (a fill
-    /// that completed before the mark sent no notice).
-    pub async fn wait_for_fill(&self, key: &SharedKey) -> Result<FillWait, ClusterError> {
+    /// Registers a local waiter for the fill of `key`, before the probe that may mark the key
+    /// as waited for: a notice that arrives between that probe's answer and the wait is kept.
+    pub fn fill_waiter(&self, key: &SharedKey) -> FillWait {
         let notify = Arc::new(Notify::new());
         let lock = key.lock_name().to_owned();
         let wait = FillWait { cluster: self.clone(), lock: lock.clone(), notify: notify.clone() };
         self.0.fill_waiters.0.lock().expect("fill waiters").entry(lock).or_default().push(Arc::downgrade(&notify));
-        let px = self.0.config.lock_ttl.as_millis().max(1) as u64;
-        let mark = redis::cmd("SET").arg(key.wait_name()).arg(1).arg("PX").arg(px).to_owned();
-        let _: () = self.query("SET wait", &mark).await?;
-        Ok(wait)
+        wait
     }
 
     /// The bus message announcing that the fill of `key` is over.

@@ -1,10 +1,11 @@
-//! The shared cache tier: one probe (one round trip: both partitions' values, the epochs and
-//! the fill lock), a fill lock taken with set-if-absent and an expiry, and a fill that stores
-//! only when no epoch moved since the fetch began (one script, atomic).
+//! The shared cache tier: one probe (one round trip: the caller's value if one is current,
+//! else the fill lock, taken or found taken), the fetch under the lock, and a fill written
+//! after the answer (`fill.rs`) that stores only when no epoch moved since the probe.
 
 use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 
+use super::fill::FillLock;
 use super::value::{SharedValue, now_ms};
 use super::{Cluster, ClusterError};
 use resmux_cache::{BaseKey, CachedMethod, Owner};
@@ -12,37 +13,37 @@ use resmux_cache::{BaseKey, CachedMethod, Owner};
 /// The Redis names of one cache key.
 #[derive(Debug, Clone)]
 pub struct SharedKey {
-    public: String,
-    private: String,
+    pub(super) public: String,
+    pub(super) private: String,
     /// The epoch of the URI (reads) or of the list kind.
-    scope_epoch: String,
-    stream_epoch: String,
-    lock: String,
+    pub(super) scope_epoch: String,
+    pub(super) stream_epoch: String,
+    pub(super) lock: String,
     /// Marks that another replica waits for the fill (see `fillwait.rs`).
-    wait: String,
+    pub(super) wait: String,
     /// The upstream's bus channel, on which the fill's notice goes.
-    channel: String,
+    pub(super) channel: String,
 }
 
 impl SharedKey {
     pub(super) fn lock_name(&self) -> &str {
         &self.lock
     }
-
-    pub(super) fn wait_name(&self) -> &str {
-        &self.wait
-    }
 }
 
 /// What a probe found.
 #[derive(Debug)]
-pub struct Probe {
+pub enum Probe {
     /// A value still fresh by its TTL and current by the epochs.
-    pub fresh: Option<SharedValue>,
-    /// The epochs now, which a fill started now depends on.
-    pub epochs: (u64, u64),
-    /// Whether another replica holds the fill lock.
-    pub locked: bool,
+    Fresh(SharedValue),
+    /// Nothing current: the caller now holds the fill lock, and fetches.
+    Lead(FillLock),
+    /// Nothing current, and another replica holds the fill lock: the key is marked as waited
+    /// for, so that the fill's notice wakes this replica (see `fillwait.rs`).
+    Wait,
+    /// A value the script took as current that this replica cannot use: malformed, or older
+    /// than a change learnt while the probe ran. The caller fetches alone (no lock, no fill).
+    Unusable,
 }
 
 /// Which epoch a read or a list depends on, by name.
@@ -71,47 +72,40 @@ fn owner_bytes(owner: &Owner) -> Vec<u8> {
     }
 }
 
-// KEYS: public value, private value, scope epoch, stream epoch, lock.
+// KEYS: public value, private value, scope epoch, stream epoch, lock, wait mark. ARGV: now (ms
+// since the Unix epoch), the latest change the caller knows of (ms), lock token, lock px.
+// A value is current when its epochs are Redis's now, its fetch began after the known change
+// and its TTL has not run out (the checks `Cluster::probe` makes again on the decoded value;
+// the header layout is `value.rs`'s; numbers stay below 2^53, exact in Lua). Without one, the
+// lock is taken (1) or, held by another replica, the key is marked as waited for (2), in the
+// same script, so a miss costs one round trip and a fill cannot slip between check and lock.
 const PROBE_LUA: &str = r#"
-local v = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
-return {v[1] or false, v[2] or false, v[3] or '0', v[4] or '0', redis.call('EXISTS', KEYS[5])}
-"#;
-
-// KEYS: value, scope epoch, stream epoch, lock, wait mark. ARGV: payload, px, scope epoch,
-// stream epoch, lock token, publish command, channel, notice. Stores only if neither epoch
-// moved; releases the lock if it is still ours; wakes the waiters if any marked the key.
-const FILL_LUA: &str = r#"
-local s = redis.call('GET', KEYS[2]) or '0'
-local t = redis.call('GET', KEYS[3]) or '0'
-local stored = 0
-if s == ARGV[3] and t == ARGV[4] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  stored = 1
+local scope = redis.call('GET', KEYS[3]) or '0'
+local stream = redis.call('GET', KEYS[4]) or '0'
+local s, t = tonumber(scope), tonumber(stream)
+local now, changed = tonumber(ARGV[1]), tonumber(ARGV[2])
+local function u64(v, at)
+  local n = 0
+  for i = at, at + 7 do n = n * 256 + string.byte(v, i) end
+  return n
 end
-if redis.call('GET', KEYS[4]) == ARGV[5] then redis.call('DEL', KEYS[4]) end
-if redis.call('DEL', KEYS[5]) == 1 then redis.call(ARGV[6], ARGV[7], ARGV[8]) end
-return stored
-"#;
-
-// KEYS: lock. ARGV: token, px.
-const EXTEND_LUA: &str = r#"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
-"#;
-
-// KEYS: lock, wait mark. ARGV: token, publish command, channel, notice. Releases the lock if
-// it is still ours, and wakes the waiters (they take the lock and fetch themselves).
-const UNLOCK_LUA: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
-if redis.call('DEL', KEYS[2]) == 1 then redis.call(ARGV[2], ARGV[3], ARGV[4]) end
-return 1
+for i = 1, 2 do
+  local v = redis.call('GET', KEYS[i])
+  if v and #v >= 38 and string.sub(v, 1, 4) == 'RMX1' then
+    local fetched, ttl = u64(v, 7), u64(v, 15)
+    if u64(v, 23) == s and u64(v, 31) == t and fetched > changed and ttl > 0 and fetched + ttl > now then
+      return {v, scope, stream, 0}
+    end
+  end
+end
+if redis.call('SET', KEYS[5], ARGV[3], 'NX', 'PX', ARGV[4]) then
+  return {false, scope, stream, 1}
+end
+redis.call('SET', KEYS[6], '1', 'PX', ARGV[4])
+return {false, scope, stream, 2}
 "#;
 
 static PROBE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(PROBE_LUA));
-static FILL: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(FILL_LUA));
-static EXTEND: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(EXTEND_LUA));
-static UNLOCK: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(UNLOCK_LUA));
 
 impl Cluster {
     /// The Redis names for `key` (both partitions are probed), for a caller `owner`, reading
@@ -137,85 +131,50 @@ impl Cluster {
         self.digest(&[&[list_epoch_index(method)], &[era], params.as_bytes()])
     }
 
-    /// Looks `key` up in Redis: the public value, then the caller's.
+    /// Looks `key` up in Redis (the public value, then the caller's) and, on a miss, takes its
+    /// fill lock or marks it as waited for: one round trip.
     pub async fn probe(&self, key: &SharedKey) -> Result<Probe, ClusterError> {
-        type Raw = (Option<Vec<u8>>, Option<Vec<u8>>, u64, u64, u8);
-        let keys = [&*key.public, &*key.private, &*key.scope_epoch, &*key.stream_epoch, &*key.lock];
-        let (public, private, scope, stream, locked): Raw = self.eval("probe", &PROBE, &keys, &[]).await?;
+        let keys = [&*key.public, &*key.private, &*key.scope_epoch, &*key.stream_epoch, &*key.lock, &*key.wait];
         let now = now_ms();
-        // A change this replica knows of, whether or not Redis has its epoch yet.
-        let known = |name: &String| self.0.changed_at.get(name).unwrap_or(0);
-        let changed = known(&key.scope_epoch).max(known(&key.stream_epoch));
-        let fresh = [public, private].into_iter().flatten().find_map(|raw| {
-            let v = SharedValue::decode(&raw)?;
-            let current = v.epochs == (scope, stream) && v.fetched_at_ms > changed;
-            (current && !v.remaining(now).is_zero()).then_some(v)
-        });
-        let stats = &self.0.stats;
-        match fresh {
-            Some(_) => stats.l2_hits.fetch_add(1, Ordering::Relaxed),
-            None => stats.l2_misses.fetch_add(1, Ordering::Relaxed),
-        };
-        Ok(Probe { fresh, epochs: (scope, stream), locked: locked == 1 })
-    }
-
-    /// Takes the fill lock of `key`; returns its token when taken.
-    pub async fn lock(&self, key: &SharedKey) -> Result<Option<String>, ClusterError> {
         let token = format!("{}:{:x}", self.replica(), rand::random::<u64>());
-        let px = self.0.config.lock_ttl.as_millis().max(1) as u64;
-        let cmd = redis::cmd("SET").arg(&key.lock).arg(&token).arg("NX").arg("PX").arg(px).to_owned();
-        let set: Option<String> = self.query("SET NX", &cmd).await?;
-        Ok(set.map(|_| token))
-    }
-
-    /// Extends the fill lock while the fetch runs (a dead holder's lock expires instead).
-    pub async fn extend(&self, key: &SharedKey, token: &str) -> Result<bool, ClusterError> {
-        let px = self.0.config.lock_ttl.as_millis().max(1).to_string();
-        let n: u8 = self.eval("extend lock", &EXTEND, &[&key.lock], &[token.as_bytes(), px.as_bytes()]).await?;
-        Ok(n == 1)
-    }
-
-    /// Releases the fill lock without filling (the fetch failed or was not cacheable).
-    pub async fn unlock(&self, key: &SharedKey, token: &str) -> Result<(), ClusterError> {
-        let notice = self.filled_notice(key);
-        let args: [&[u8]; 4] =
-            [token.as_bytes(), self.publish_command().as_bytes(), key.channel.as_bytes(), notice.as_bytes()];
-        let _: u8 = self.eval("unlock", &UNLOCK, &[&key.lock, &key.wait], &args).await?;
-        Ok(())
-    }
-
-    /// Writes `value` through (in the public partition or the caller's) for its remaining TTL,
-    /// unless an epoch moved since `value.epochs` were read, and releases the lock `token`.
-    /// Returns whether it was stored; `false` means another replica saw a change meanwhile,
-    /// and the value must not be taken as fresh anywhere.
-    pub async fn fill(&self, key: &SharedKey, value: &SharedValue, token: &str) -> Result<bool, ClusterError> {
-        let px = value.remaining(now_ms()).as_millis() as u64;
-        if px == 0 || value.stored.len() as u64 > self.0.config.max_entry_bytes {
-            self.unlock(key, token).await?;
-            return Ok(px > 0);
-        }
-        let target = if value.public { &key.public } else { &key.private };
-        let keys = [&**target, &*key.scope_epoch, &*key.stream_epoch, &*key.lock, &*key.wait];
-        let (px, scope, stream) = (px.to_string(), value.epochs.0.to_string(), value.epochs.1.to_string());
-        let (payload, notice) = (value.encode(), self.filled_notice(key));
-        let publish = self.publish_command().as_bytes();
-        let args: [&[u8]; 8] = [
-            &payload,
-            px.as_bytes(),
-            scope.as_bytes(),
-            stream.as_bytes(),
-            token.as_bytes(),
-            publish,
-            key.channel.as_bytes(),
-            notice.as_bytes(),
-        ];
-        let stored: u8 = self.eval("fill", &FILL, &keys, &args).await?;
+        let (at, changed, px) = (now.to_string(), self.known_change(key).to_string(), self.lock_px().to_string());
+        let args: [&[u8]; 4] = [at.as_bytes(), changed.as_bytes(), token.as_bytes(), px.as_bytes()];
+        type Raw = (Option<Vec<u8>>, u64, u64, u8);
+        let (value, scope, stream, state): Raw = self.eval("probe", &PROBE, &keys, &args).await?;
+        let epochs = (scope, stream);
         let stats = &self.0.stats;
-        match stored {
-            1 => stats.l2_fills.fetch_add(1, Ordering::Relaxed),
-            _ => stats.l2_fills_raced.fetch_add(1, Ordering::Relaxed),
+        let probe = match (state, value) {
+            (0, Some(raw)) => {
+                // Checked again here: the script cannot decode the body, and a change may
+                // have been learnt while it ran.
+                let changed = self.known_change(key);
+                match SharedValue::decode(&raw) {
+                    Some(v) if v.epochs == epochs && v.fetched_at_ms > changed && !v.remaining(now).is_zero() => {
+                        Probe::Fresh(v)
+                    }
+                    _ => Probe::Unusable,
+                }
+            }
+            (1, _) => Probe::Lead(FillLock::new(self, key.clone(), token, epochs, now)),
+            _ => Probe::Wait,
         };
-        Ok(stored == 1)
+        match probe {
+            Probe::Fresh(_) => stats.l2_hits.fetch_add(1, Ordering::Relaxed),
+            _ => stats.l2_misses.fetch_add(1, Ordering::Relaxed),
+        };
+        Ok(probe)
+    }
+
+    /// When this replica last learnt of a change to what `key` depends on (ms since the Unix
+    /// epoch, 0 for never), whether or not Redis has its epoch yet.
+    pub(super) fn known_change(&self, key: &SharedKey) -> u64 {
+        let known = |name: &String| self.0.changed_at.get(name).unwrap_or(0);
+        known(&key.scope_epoch).max(known(&key.stream_epoch))
+    }
+
+    /// The fill lock's expiry, in ms.
+    pub(super) fn lock_px(&self) -> u64 {
+        self.0.config.lock_ttl.as_millis().max(1) as u64
     }
 
     /// Records that upstream `index` announced `change` (or, for `None`, lost its stream)

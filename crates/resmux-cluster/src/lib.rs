@@ -4,8 +4,10 @@
 //!
 //! - [`config`]: the `[cluster]` section.
 //! - [`l2`]: a second cache tier behind each replica's moka cache, with cross-replica
-//!   single-flight (a short fill lock per key) and epochs kept in Redis, so that a fill that
-//!   raced a notification on another replica is never stored as fresh.
+//!   single-flight (a short fill lock per key, taken by the probe that missed) and epochs kept
+//!   in Redis, so that a fill that raced a notification on another replica is never stored as
+//!   fresh; [`fill`]: the fill lock, and the fill written after the answer, bounded;
+//!   [`fillwait`]: the replicas waiting for another's fill, woken by its notice.
 //! - [`bus`]: one pub/sub channel carrying what the upstream listens saw (`updated`,
 //!   `list_changed`, resync), the holders' live filters, and interest changes.
 //! - [`lease`]: per upstream, one replica holds the upstream listen under a lease with a
@@ -25,6 +27,7 @@ mod bus;
 pub mod config;
 mod conn;
 mod fence;
+mod fill;
 mod fillwait;
 mod interest;
 mod l2;
@@ -48,6 +51,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use bus::{Event, Inbound};
+pub use fill::FillLock;
 pub use fillwait::FillWait;
 pub use l2::{Probe, SharedKey};
 pub use lease::Role;
@@ -125,6 +129,8 @@ struct Inner {
     keeper_now: tokio::sync::Notify,
     /// Flight leaders waiting here for another replica's fill.
     fill_waiters: fillwait::Waiters,
+    /// Fills and lock releases written after the answer.
+    writes: fill::Writes,
     /// Per upstream (while holding it): the union of the other live replicas' interest.
     remote: Vec<watch::Sender<Filter>>,
     /// Per upstream slot: this replica's interest as written, and (holding it) the others'.
@@ -189,6 +195,7 @@ impl Cluster {
             live: watch::channel(Arc::from([])).0,
             keeper_now: tokio::sync::Notify::new(),
             fill_waiters: fillwait::Waiters::default(),
+            writes: fill::Writes::new(config.max_pending_fills),
             remote: (0..n).map(|_| watch::channel(Filter::default()).0).collect(),
             interest: (0..n).map(|_| interest::Interest::default()).collect(),
             fence: (0..n).map(|_| fence::Fence::default()).collect(),
@@ -200,8 +207,15 @@ impl Cluster {
     }
 
     /// Starts the health probe, the bus (publisher and subscriber) and the lease keeper on
-    /// `tracker`, until `cancel`.
+    /// `tracker`, until `cancel`; once cancelled, `tracker` also waits for the fills still
+    /// being written (requests have drained by then), so shutdown gives them its grace.
     pub fn start(&self, cancel: &CancellationToken, tracker: &TaskTracker) {
+        let (writes, cancelled) = (self.0.writes.tracker.clone(), cancel.clone());
+        tracker.spawn(async move {
+            cancelled.cancelled().await;
+            writes.close();
+            writes.wait().await;
+        });
         tracker.spawn(self.clone().health_probe(cancel.clone()));
         let outbox = self.0.outbox_rx.lock().expect("outbox").take().expect("started once");
         tracker.spawn(bus::publisher(self.clone(), outbox, cancel.clone()));

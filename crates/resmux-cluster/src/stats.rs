@@ -14,6 +14,11 @@ pub struct Stats {
     pub lock_waits: AtomicU64,
     /// Notices that woke such a wait (the fill, or its failure, was announced).
     pub fill_notices: AtomicU64,
+    /// Fills (or lock releases) not written because `max_pending_fills` were pending; their
+    /// locks expire by themselves.
+    pub fills_dropped: AtomicU64,
+    /// Fills (or lock releases) written after the answer that failed.
+    pub fill_errors: AtomicU64,
     pub errors: AtomicU64,
     pub published: AtomicU64,
     pub received: AtomicU64,
@@ -44,7 +49,7 @@ pub struct Stats {
 impl Stats {
     /// The counters operators read, each with its name (`/readyz`'s key; `/metrics` adds
     /// `_total`) and what it counts: one list, so the two views cannot drift apart.
-    pub fn counters(&self) -> [(&'static str, &'static str, u64); 19] {
+    pub fn counters(&self) -> [(&'static str, &'static str, u64); 21] {
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
         [
             ("errors", "Redis calls that failed or timed out.", n(&self.errors)),
@@ -54,6 +59,8 @@ impl Stats {
             ("l2_fills_raced", "Fills refused because a change raced them.", n(&self.l2_fills_raced)),
             ("lock_waits", "Misses that waited for another replica's fill.", n(&self.lock_waits)),
             ("fill_notices", "Waits woken by a fill's notice.", n(&self.fill_notices)),
+            ("fills_dropped", "Fills not written: max_pending_fills were pending.", n(&self.fills_dropped)),
+            ("fill_errors", "Fills written after the answer that failed.", n(&self.fill_errors)),
             ("events_published", "Bus events published.", n(&self.published)),
             ("events_received", "Bus messages received.", n(&self.received)),
             ("events_dropped", "Bus events dropped (outbox full or Redis down).", n(&self.dropped)),

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use resmux::cache::{BaseKey, CachedMethod, Owner, Stored};
-use resmux::cluster::{Cluster, ClusterConfig, Event, Inbound, Role, SharedValue, now_ms};
+use resmux::cluster::{Cluster, ClusterConfig, Event, Inbound, Probe, Role};
 use resmux::mcp::notify::{Change, Filter};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -205,8 +205,8 @@ async fn interest(cluster: Cluster, u: usize, uris: usize, cancel: CancellationT
 }
 
 /// Local-cache misses at `o.l2_reads` per second: each probes the L2; a miss takes the fill
-/// lock, "fetches" and fills, as a flight leader does; a miss under another replica's lock is
-/// counted and left (the real one waits for the fill's notice, which costs no call).
+/// lock in the same call, "fetches" and fills, as a flight leader does; a miss under another
+/// replica's lock is counted and left (the real one waits for the fill's notice).
 async fn reads(cluster: Cluster, o: SimOptions, seed: u64, shared: Arc<Shared>, cancel: CancellationToken) {
     if o.l2_reads <= 0.0 || o.keys == 0 {
         return;
@@ -229,40 +229,27 @@ async fn reads(cluster: Cluster, o: SimOptions, seed: u64, shared: Arc<Shared>, 
 pub(super) async fn read(cluster: &Cluster, u: usize, k: usize, owner: &Owner, shared: &Shared) {
     let uri = uri(u, k);
     let key = cluster.shared_key(&base_key(u, &uri), Some(&uri), owner);
-    let Ok(probe) = cluster.probe(&key).await else {
-        shared.reads.errors.fetch_add(1, Ordering::Relaxed);
-        return;
-    };
-    if probe.fresh.is_some() {
-        shared.reads.hits.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    if probe.locked {
-        shared.reads.busy.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    match cluster.lock(&key).await {
-        Ok(Some(token)) => {
-            let tail = Bytes::from(format!(r#""contents":[{{"uri":"{uri}","text":"{}"}}]}}"#, "x".repeat(256)));
-            let value = SharedValue {
-                stored: Stored::Result { tail },
-                public: true,
-                fetched_at_ms: now_ms(),
-                ttl_ms: 60_000,
-                epochs: probe.epochs,
-            };
-            match cluster.fill(&key, &value, &token).await {
-                Ok(_) => shared.reads.fills.fetch_add(1, Ordering::Relaxed),
-                Err(_) => shared.reads.errors.fetch_add(1, Ordering::Relaxed),
-            };
+    let lock = match cluster.probe(&key).await {
+        Ok(Probe::Fresh(_)) => {
+            shared.reads.hits.fetch_add(1, Ordering::Relaxed);
+            return;
         }
-        Ok(None) => {
+        Ok(Probe::Wait) => {
             shared.reads.busy.fetch_add(1, Ordering::Relaxed);
+            return;
         }
-        Err(_) => {
+        Ok(Probe::Lead(lock)) => lock,
+        Ok(Probe::Unusable) | Err(_) => {
             shared.reads.errors.fetch_add(1, Ordering::Relaxed);
+            return;
         }
-    }
+    };
+    let tail = Bytes::from(format!(r#""contents":[{{"uri":"{uri}","text":"{}"}}]}}"#, "x".repeat(256)));
+    // Written in the background, as after a real answer; its failures are the tier's
+    // `fill_errors`.
+    let value = lock.value(Stored::Result { tail }, true, 60_000);
+    lock.fill_later(value, || {});
+    shared.reads.fills.fetch_add(1, Ordering::Relaxed);
 }
 
 /// What the simulated reads found, summed over replicas.
