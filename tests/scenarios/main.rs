@@ -8,6 +8,7 @@ mod admin_page;
 mod auth;
 mod cache;
 mod cluster;
+mod cluster_coldread;
 mod cluster_fence;
 mod cluster_fleet;
 mod cluster_interest;

@@ -26,7 +26,7 @@ async fn purge(p: &Proxy, body: Value) -> Value {
 }
 
 /// The shared values in Redis (not epochs, locks, leases).
-async fn shared_values(redis: &Redis) -> Vec<String> {
+pub(crate) async fn shared_values(redis: &Redis) -> Vec<String> {
     redis.dump().await.into_iter().map(|(k, _)| k).filter(|k| k.contains(":v:")).collect()
 }
 

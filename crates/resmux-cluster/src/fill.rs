@@ -72,8 +72,9 @@ impl Writes {
 /// [`FillLock::fill_later`]; dropped without that (the fetch failed, or its answer is not
 /// cached), it is released in the background, which wakes the replicas waiting for it.
 pub struct FillLock {
-    /// Taken by the fill; `None` once the write is handed over.
-    held: Option<Held>,
+    /// Taken by the fill; `None` once the write is handed over. Boxed: the lock travels in
+    /// the router's outcome enums, which stay small.
+    held: Option<Box<Held>>,
     epochs: (u64, u64),
     fetched_at_ms: u64,
 }
@@ -94,7 +95,7 @@ impl std::fmt::Debug for FillLock {
 impl FillLock {
     /// The lock `token` on `key`, taken at `now_ms` when Redis's epochs were `epochs`.
     pub(super) fn new(cluster: &Cluster, key: SharedKey, token: String, epochs: (u64, u64), now_ms: u64) -> Self {
-        Self { held: Some(Held { cluster: cluster.clone(), key, token }), epochs, fetched_at_ms: now_ms }
+        Self { held: Some(Box::new(Held { cluster: cluster.clone(), key, token })), epochs, fetched_at_ms: now_ms }
     }
 
     /// Extends the lock while the fetch runs (a dead holder's lock expires instead). Whether
@@ -102,7 +103,8 @@ impl FillLock {
     pub async fn extend(&self) -> Result<bool, ClusterError> {
         let Some(h) = &self.held else { return Ok(false) };
         let px = h.cluster.lock_px().to_string();
-        let n: u8 = h.cluster.eval("extend lock", &EXTEND, &[&h.key.lock], &[h.token.as_bytes(), px.as_bytes()]).await?;
+        let n: u8 =
+            h.cluster.eval("extend lock", &EXTEND, &[&h.key.lock], &[h.token.as_bytes(), px.as_bytes()]).await?;
         Ok(n == 1)
     }
 
@@ -116,7 +118,8 @@ impl FillLock {
     /// fill was refused because a change raced the fetch: whatever the caller kept of the
     /// answer must go too.
     pub fn fill_later(mut self, value: SharedValue, raced: impl FnOnce() + Send + 'static) {
-        let Some(Held { cluster, key, token }) = self.held.take() else { return };
+        let Some(held) = self.held.take() else { return };
+        let Held { cluster, key, token } = *held;
         cluster.clone().in_background(async move {
             match cluster.fill(&key, &value, &token).await {
                 Ok(true) => {}
@@ -129,7 +132,8 @@ impl FillLock {
 
 impl Drop for FillLock {
     fn drop(&mut self) {
-        if let Some(Held { cluster, key, token }) = self.held.take() {
+        if let Some(held) = self.held.take() {
+            let Held { cluster, key, token } = *held;
             cluster.clone().in_background(async move {
                 if let Err(e) = cluster.unlock(&key, &token).await {
                     cluster.write_failed("release", &e);

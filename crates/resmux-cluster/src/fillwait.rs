@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::Notify;
 
-use super::l2::SharedKey;
 use super::Cluster;
+use super::l2::SharedKey;
 
 /// The replicas' local waiters, by the Redis name of the fill lock they wait on. Holds one
 /// entry per waiting flight leader, removed when its [`FillWait`] drops.
