@@ -189,6 +189,9 @@ pub struct ModeReport {
     pub cluster_after_reads: Vec<serde_json::Value>,
     /// … and after the listeners.
     pub cluster_after_listen: Vec<serde_json::Value>,
+    /// Round trips replica A made to Redis during the hit-path probes (its cold first reads,
+    /// fills included, and its local hits, which make none; its background calls too).
+    pub probe_redis_calls: Option<u64>,
     pub error: Option<String>,
 }
 
@@ -321,6 +324,8 @@ async fn measure(
     let mut seen = std::collections::HashSet::new();
     let cold = reads(s, &endpoints, sample, total, s.seed, &mut seen).await;
     let warm = reads(s, &endpoints, sample, total, s.seed.wrapping_add(1), &mut seen).await;
+    let calls_on_a = |state: &serde_json::Value| state["redis_calls"].as_u64();
+    let calls_before = if with_redis { calls_on_a(&readiness(replicas[0].admin).await) } else { None };
     let probes = probe(s, spec, &endpoints, sample).await;
     let mut after_reads = Vec::new();
     for r in replicas {
@@ -339,6 +344,7 @@ async fn measure(
         warm,
         probes,
         listen,
+        probe_redis_calls: calls_before.zip(after_reads.first().and_then(calls_on_a)).map(|(b, a)| a.saturating_sub(b)),
         cluster_after_reads: after_reads,
         cluster_after_listen: after_listen,
         error: None,

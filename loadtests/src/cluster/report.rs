@@ -105,6 +105,16 @@ pub fn markdown(r: &ClusterReport) -> String {
             sum("lock_waits"),
             roles.join(", ")
         ));
+        if let Some(calls) = m.probe_redis_calls.filter(|_| m.probes.keys > 0) {
+            out.push_str(&format!(
+                "- {}, Redis round trips of replica A during the hit-path probes: {calls} for {} cold first reads \
+                 and as many local hits (which make none), {:.2} per cold read (its health probe and lease \
+                 keeper included)\n",
+                label(m),
+                m.probes.keys,
+                calls as f64 / m.probes.keys as f64
+            ));
+        }
     }
     for m in &r.modes {
         for (k, f) in m.cold.failures.iter().chain(&m.warm.failures).chain(&m.listen.failures) {
