@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock};
 
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::l2::SharedKey;
@@ -144,6 +145,16 @@ impl Drop for FillLock {
 }
 
 impl Cluster {
+    /// Has `tracker` wait, once `cancel` fires, for the writes still pending.
+    pub(super) fn drain_writes_on(&self, cancel: &CancellationToken, tracker: &TaskTracker) {
+        let (writes, cancel) = (self.0.writes.tracker.clone(), cancel.clone());
+        tracker.spawn(async move {
+            cancel.cancelled().await;
+            writes.close();
+            writes.wait().await;
+        });
+    }
+
     /// Runs `write` off the request's path, unless `max_pending_fills` writes are pending
     /// (then it is dropped and counted: a fill's lock expires by itself).
     fn in_background(&self, write: impl Future<Output = ()> + Send + 'static) {
@@ -220,5 +231,53 @@ impl Cluster {
             _ => stats.l2_fills_raced.fetch_add(1, Ordering::Relaxed),
         };
         Ok(stored == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::ClusterConfig;
+
+    fn cluster(max_pending_fills: usize) -> Cluster {
+        // Never connected: the writes below make no Redis call.
+        let config =
+            ClusterConfig { redis_url: Some("redis://127.0.0.1:1".into()), max_pending_fills, ..Default::default() };
+        Cluster::new(&config, Some("a test's key"), 1).unwrap().unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_waits_for_the_pending_writes_and_the_bound_drops_the_rest() {
+        let c = cluster(2);
+        let (cancel, tracker) = (CancellationToken::new(), TaskTracker::new());
+        c.drain_writes_on(&cancel, &tracker);
+        let held = |c: &Cluster| {
+            let (release, released) = tokio::sync::oneshot::channel::<()>();
+            c.in_background(async move {
+                let _ = released.await;
+            });
+            release
+        };
+        let first = held(&c);
+        let (quick, mut done) = tokio::sync::oneshot::channel();
+        c.in_background(async move {
+            let _ = quick.send(());
+        });
+        (&mut done).await.unwrap();
+        // The quick write gave its slot back; the second held one takes it, and a fourth
+        // finds both taken.
+        let second = held(&c);
+        c.in_background(async {});
+        assert_eq!(c.stats().fills_dropped.load(Ordering::Relaxed), 1, "past max_pending_fills");
+        cancel.cancel();
+        tracker.close();
+        let early = tokio::time::timeout(Duration::from_secs(60), tracker.wait()).await;
+        assert!(early.is_err(), "the shutdown's wait ended with writes pending");
+        first.send(()).unwrap();
+        second.send(()).unwrap();
+        let drained = tokio::time::timeout(Duration::from_secs(60), tracker.wait()).await;
+        assert!(drained.is_ok(), "the shutdown's wait ends once the writes are done");
     }
 }

@@ -210,12 +210,7 @@ impl Cluster {
     /// `tracker`, until `cancel`; once cancelled, `tracker` also waits for the fills still
     /// being written (requests have drained by then), so shutdown gives them its grace.
     pub fn start(&self, cancel: &CancellationToken, tracker: &TaskTracker) {
-        let (writes, cancelled) = (self.0.writes.tracker.clone(), cancel.clone());
-        tracker.spawn(async move {
-            cancelled.cancelled().await;
-            writes.close();
-            writes.wait().await;
-        });
+        self.drain_writes_on(cancel, tracker);
         tracker.spawn(self.clone().health_probe(cancel.clone()));
         let outbox = self.0.outbox_rx.lock().expect("outbox").take().expect("started once");
         tracker.spawn(bus::publisher(self.clone(), outbox, cancel.clone()));
