@@ -21,15 +21,22 @@ impl Cluster {
             self.0.probe_now.notify_one();
         }
         let cause = why.map(|e| resmux_proto::error::chain(e));
-        if let Some(cause) = &cause {
-            self.0.down_because.store(Some(Arc::new(cause.clone())));
-        }
+        let changed = match &cause {
+            Some(cause) => {
+                let before = self.0.down_because.swap(Some(Arc::new(cause.clone())));
+                before.is_none_or(|b| *b != *cause)
+            }
+            None => false,
+        };
         if self.0.healthy.swap(up, Ordering::Relaxed) != up {
-            match cause {
+            match &cause {
                 Some(cause) => tracing::warn!(error = %cause, "redis unreachable: serving without the cluster tier"),
                 None => tracing::info!("redis reachable again: sharing resumes"),
             }
             self.0.health.send_replace(up);
+        } else if let Some(cause) = cause.filter(|_| changed && !up) {
+            // The first failure is often a call that timed out; the probe then says why.
+            tracing::warn!(error = %cause, "redis still unreachable");
         }
     }
 
