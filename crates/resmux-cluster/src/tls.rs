@@ -91,7 +91,7 @@ mod tests {
         // Port 1 refuses: the rustls configuration is made before the TCP connection, so this
         // runs the redis crate's `ClientConfig::builder()`; it must fail as a connection error.
         let client = redis::Client::open("rediss://127.0.0.1:1").unwrap();
-        let err = client.get_multiplexed_async_connection().await.err().expect("nothing listens on port 1");
+        let Err(err) = client.get_multiplexed_async_connection().await else { panic!("nothing listens on port 1") };
         assert!(err.is_io_error() || err.is_connection_refusal(), "{err}");
     }
 }
