@@ -135,14 +135,20 @@ fn check(path: &std::path::Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_resmux")).args(["check", "-c"]).arg(path).output().unwrap()
 }
 
+/// A self-signed certificate for `name` and its key, written to `dir` as `cert.pem`, `key.pem`.
+fn self_signed(dir: &std::path::Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap().self_signed(&key).unwrap();
+    let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    (cert_path, key_path)
+}
+
 #[test]
 fn tls_keys_parse_and_their_files_are_checked() {
     let dir = tempfile::tempdir().unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap().self_signed(&key).unwrap();
-    let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    std::fs::write(&cert_path, cert.pem()).unwrap();
-    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let (cert_path, key_path) = self_signed(dir.path(), "localhost");
     let path = dir.path().join("tls.toml");
     let file = |cert: &std::path::Path, key: &std::path::Path| {
         format!(
@@ -184,11 +190,7 @@ tls_client_key = "{key}"
 #[test]
 fn check_reports_the_redis_tls_keys() {
     let dir = tempfile::tempdir().unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["redis.internal".to_owned()]).unwrap().self_signed(&key).unwrap();
-    let (cert_path, key_path) = (dir.path().join("redis-client.pem"), dir.path().join("redis-client.key"));
-    std::fs::write(&cert_path, cert.pem()).unwrap();
-    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let (cert_path, key_path) = self_signed(dir.path(), "redis.internal");
     let path = dir.path().join("redis-tls.toml");
     let run = |redis: &str, tls: &str| {
         let text = format!(
