@@ -69,6 +69,10 @@ fn pem(path: &Path) -> Vec<u8> {
 async fn replicas_share_through(at: Shared<'_>) {
     let up = sample_http(SampleSpec::generated("docs", 5)).await;
     let ps = fleet(&[&up], at, 2).await;
+    // Both connected (their heartbeats went through): the first TLS connections to every node
+    // of a cluster can take longer than one `op_timeout` on a loaded machine, and a call that
+    // times out sends the replica solo for a moment.
+    let h = settled_holder(&ps, "docs").await;
     // The status resource, so that what the upstream listen watches is that one URI.
     let status = up.sample.status_uri().to_owned();
     let first = ps[0].client.request("resources/read", read(&status)).await;
@@ -82,7 +86,6 @@ async fn replicas_share_through(at: Shared<'_>) {
         assert_eq!(cluster_state(p)["redis"], "up");
     }
 
-    let h = holder(&[&ps[0], &ps[1]], "docs").await;
     let mut listens =
         vec![ps[1 - h].client.listen(json!("L"), json!({"resourceSubscriptions": [status]})).await.unwrap()];
     assert_eq!(listens[0].next().await["method"], "notifications/subscriptions/acknowledged");
