@@ -2,7 +2,7 @@
 //! certificate (`tls_cert_file`/`tls_key_file`): replicas share reads and hear each other
 //! through a TLS-only `redis-server` and a TLS-only Redis Cluster, both requiring client
 //! certificates (`tls-auth-clients yes`), and a replica trusting the wrong CA serves without
-//! Redis and says why. The PKI is the one `tls.rs` makes with rcgen.
+//! either and says why. The PKI is the one `tls.rs` makes with rcgen.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -119,13 +119,13 @@ async fn replicas_share_a_read_through_a_tls_redis_cluster() {
     assert!(rc.keys().await.iter().any(|k| k.starts_with("resmux:")), "the values are in the TLS Redis Cluster");
 }
 
-#[tokio::test]
-async fn a_redis_certificate_not_signed_by_tls_ca_file_degrades_to_the_upstream_and_says_why() {
-    let pki = Arc::new(Pki::new());
-    let redis = Redis::start_tls(pki.clone()).await;
+/// A replica whose `tls_ca_file` did not sign `at`'s certificates: it reports Redis degraded
+/// in `/readyz`, naming the rejected certificate, stays ready (`ready_when_degraded`), and
+/// reads answer from the upstream.
+async fn a_wrong_ca_degrades_to_the_upstream_and_says_why(at: Shared<'_>) {
     let up = sample_http(SampleSpec::generated("docs", 5)).await;
-    let mut config = fleet_config(&[&up], Shared::One(&redis));
-    config.cluster.tls_ca_file = Some(pki.stranger_ca.clone());
+    let mut config = fleet_config(&[&up], at);
+    config.cluster.tls_ca_file = Some(at.tls().unwrap().stranger_ca.clone());
     let p = Proxy::start(config).await;
     discovered(&p.client).await;
     // The first failure may be a call that timed out while the connection was refused; the
@@ -141,7 +141,6 @@ async fn a_redis_certificate_not_signed_by_tls_ca_file_degrades_to_the_upstream_
     assert!(cause.contains("UnknownIssuer"), "the cause says the issuer is not trusted: {cause}");
     let (ready, body) = p.app.admin().readiness();
     assert!(ready, "ready_when_degraded keeps the replica in service: {body}");
-    // Reads answer from the upstream meanwhile.
     for uri in ["docs://item/1", "docs://item/2"] {
         let ex = p.client.request("resources/read", read(uri)).await;
         assert_eq!(ex.status, 200);
@@ -149,5 +148,19 @@ async fn a_redis_certificate_not_signed_by_tls_ca_file_degrades_to_the_upstream_
         assert!(ex.result()["contents"][0]["text"].is_string(), "{}", ex.text());
     }
     assert_eq!(up.sample.count("resources/read"), 2);
+}
+
+#[tokio::test]
+async fn a_redis_certificate_not_signed_by_tls_ca_file_degrades_to_the_upstream_and_says_why() {
+    let redis = Redis::start_tls(Arc::new(Pki::new())).await;
+    a_wrong_ca_degrades_to_the_upstream_and_says_why(Shared::One(&redis)).await;
     assert!(redis.dump().await.is_empty(), "nothing reached the Redis it cannot trust");
+}
+
+/// The cluster client, connected to no node, says only that: the cause comes from a seed.
+#[tokio::test]
+async fn a_redis_cluster_certificate_not_signed_by_tls_ca_file_degrades_and_says_why() {
+    let rc = RedisCluster::start_tls(Arc::new(Pki::new())).await;
+    a_wrong_ca_degrades_to_the_upstream_and_says_why(Shared::Cluster(&rc)).await;
+    assert!(rc.keys().await.is_empty(), "nothing reached the Redis Cluster it cannot trust");
 }

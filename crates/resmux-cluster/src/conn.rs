@@ -8,9 +8,9 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Value};
 
-use crate::ClusterSetupError;
 use crate::config::{ClusterConfig, RedisTarget};
 use crate::tls;
+use crate::{ClusterError, ClusterSetupError};
 
 /// A command connection to one Redis or to a Redis Cluster. Cheap to clone (multiplexed).
 #[derive(Clone)]
@@ -25,6 +25,14 @@ pub(super) enum Conn {
 pub(super) enum Backend {
     Standalone(Box<redis::Client>),
     Cluster(Seeds),
+}
+
+/// A client of one Redis node, with the tier's TLS settings.
+fn node_client(node: redis::ConnectionInfo, tls: Option<&redis::TlsCertificates>) -> redis::RedisResult<redis::Client> {
+    match tls {
+        Some(certs) => redis::Client::build_with_tls(node, certs.clone()),
+        None => redis::Client::open(node),
+    }
 }
 
 /// A Redis Cluster's seed nodes with the TLS settings every client of it is built with (each
@@ -53,6 +61,30 @@ impl Seeds {
             None => builder,
         }
     }
+
+    /// Why no seed node answers on its own, within `deadline` (`None`: one does, or the
+    /// attempt ran out of time). The cluster client, connected to no node, says only that; a
+    /// seed connected directly tells the cause (a rejected certificate, a refused connection).
+    pub(super) async fn failure(&self, deadline: Duration) -> Option<redis::RedisError> {
+        let attempts = async {
+            let mut first = None;
+            for node in &self.nodes {
+                let attempt = async {
+                    let client = node_client(node.as_str().into_connection_info()?, self.tls.as_ref())?;
+                    let mut conn = client.get_multiplexed_async_connection().await?;
+                    redis::cmd("PING").query_async::<()>(&mut conn).await
+                };
+                match attempt.await {
+                    Ok(()) => return None,
+                    Err(e) => {
+                        first.get_or_insert(e);
+                    }
+                }
+            }
+            first
+        };
+        tokio::time::timeout(deadline, attempts).await.ok().flatten()
+    }
 }
 
 impl Backend {
@@ -64,11 +96,7 @@ impl Backend {
         Ok(match target {
             RedisTarget::Standalone(url) => {
                 let info = url.as_str().into_connection_info().map_err(ClusterSetupError::Url)?;
-                let client = match tls {
-                    Some(certs) => redis::Client::build_with_tls(info, certs),
-                    None => redis::Client::open(info),
-                };
-                Self::Standalone(Box::new(client.map_err(ClusterSetupError::Client)?))
+                Self::Standalone(Box::new(node_client(info, tls.as_ref()).map_err(ClusterSetupError::Client)?))
             }
             RedisTarget::Cluster(nodes) => {
                 for node in nodes {
@@ -103,6 +131,18 @@ impl Backend {
                 seeds.builder().build()?.get_pending_async_connection_with_config(redis::cluster::ClusterConfig::new()),
             ),
         })
+    }
+
+    /// Explains a Redis Cluster that the client reaches no node of (see [`Seeds::failure`]).
+    pub(super) async fn explain(&self, err: ClusterError, deadline: Duration) -> ClusterError {
+        match (self, &err) {
+            (Self::Cluster(seeds), ClusterError::Redis { source, .. })
+                if source.kind() == redis::ErrorKind::ClusterConnectionNotFound =>
+            {
+                seeds.failure(deadline).await.map_or(err, ClusterError::Seeds)
+            }
+            _ => err,
+        }
     }
 
     /// Whether this is a Redis Cluster (sharded pub/sub) or one Redis (plain pub/sub).

@@ -68,7 +68,10 @@ impl Cluster {
     pub(crate) async fn health_probe(self, cancel: CancellationToken) {
         let deadline = self.0.config.op_timeout.max(Duration::from_millis(200));
         loop {
-            let answered = self.answers(deadline).await;
+            let answered = match self.answers(deadline).await {
+                Err(e) => Err(self.0.backend.explain(e, deadline).await),
+                ok => ok,
+            };
             let ok = answered.is_ok();
             match answered {
                 Ok(()) => self.set_healthy(true, None),

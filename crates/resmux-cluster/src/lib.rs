@@ -76,6 +76,8 @@ pub enum ClusterError {
     Timeout { op: &'static str },
     #[error("redis is unreachable (the health probe has not seen it back yet)")]
     Unavailable,
+    #[error("redis: no node of the Redis Cluster is connected, and a seed node alone fails")]
+    Seeds(#[source] redis::RedisError),
 }
 
 /// Why the cluster tier could not be set up.
