@@ -172,6 +172,9 @@ impl Admin {
             "listen_roles": roles,
             "listen_holders": holders,
         });
+        if let Some(cause) = cluster.down_because() {
+            out["redis_error"] = json!(*cause);
+        }
         for (name, _, value) in cluster.stats().counters() {
             out[name] = json!(value);
         }

@@ -135,14 +135,20 @@ fn check(path: &std::path::Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_resmux")).args(["check", "-c"]).arg(path).output().unwrap()
 }
 
+/// A self-signed certificate for `name` and its key, written to `dir` as `cert.pem`, `key.pem`.
+fn self_signed(dir: &std::path::Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap().self_signed(&key).unwrap();
+    let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    (cert_path, key_path)
+}
+
 #[test]
 fn tls_keys_parse_and_their_files_are_checked() {
     let dir = tempfile::tempdir().unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap().self_signed(&key).unwrap();
-    let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    std::fs::write(&cert_path, cert.pem()).unwrap();
-    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let (cert_path, key_path) = self_signed(dir.path(), "localhost");
     let path = dir.path().join("tls.toml");
     let file = |cert: &std::path::Path, key: &std::path::Path| {
         format!(
@@ -179,4 +185,48 @@ tls_client_key = "{key}"
     assert!(text.contains("listen.tls.cert") && text.contains("missing.pem"), "{text}");
     assert!(text.contains("listen.tls.key") && text.contains("no private key"), "{text}");
     assert!(text.contains("upstream[0].tls_client_key"), "{text}");
+}
+
+#[test]
+fn check_reports_the_redis_tls_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_path, key_path) = self_signed(dir.path(), "redis.internal");
+    let path = dir.path().join("redis-tls.toml");
+    let run = |redis: &str, tls: &str| {
+        let text = format!(
+            "[proxy]\ncursor_secret = {{ value = \"0123456789abcdef0123456789abcdef\" }}\n\n[cluster]\n{redis}\n{tls}\n\n\
+             [[upstream]]\nname = \"docs\"\nurl = \"http://127.0.0.1:1/mcp\"\n"
+        );
+        std::fs::write(&path, text).unwrap();
+        let out = check(&path);
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ca, cert, key) = (cert_path.display(), cert_path.display(), key_path.display());
+    let all = format!("tls_ca_file = \"{ca}\"\ntls_cert_file = \"{cert}\"\ntls_key_file = \"{key}\"");
+
+    for redis in ["redis_url = \"rediss://redis.internal:6380\"", "redis_nodes = [\"rediss://10.0.0.1:7000\"]"] {
+        let (ok, text) = run(redis, &all);
+        assert!(ok, "{redis}: {text}");
+    }
+
+    let (ok, text) = run("redis_url = \"rediss://redis.internal:6380\"", &format!("tls_cert_file = \"{cert}\""));
+    assert!(!ok);
+    assert!(text.contains("cluster.tls_key_file: required with `tls_cert_file`"), "{text}");
+
+    let (ok, text) = run("redis_url = \"redis://redis.internal:6379\"", &all);
+    assert!(!ok);
+    for key in ["cluster.tls_ca_file", "cluster.tls_cert_file", "cluster.tls_key_file"] {
+        assert!(text.contains(&format!("{key}: applies only to a rediss:// (TLS) Redis")), "{key}: {text}");
+    }
+    let (ok, text) = run("redis_nodes = [\"redis://10.0.0.1:7000\"]", &format!("tls_ca_file = \"{ca}\""));
+    assert!(!ok && text.contains("`redis_nodes` is not rediss://"), "{text}");
+
+    // Unreadable files, and a certificate where the key should be: each named with its key.
+    let missing = dir.path().join("missing-ca.pem");
+    let broken =
+        format!("tls_ca_file = \"{}\"\ntls_cert_file = \"{cert}\"\ntls_key_file = \"{cert}\"", missing.display());
+    let (ok, text) = run("redis_url = \"rediss://redis.internal:6380\"", &broken);
+    assert!(!ok);
+    assert!(text.contains("cluster.tls_ca_file") && text.contains("missing-ca.pem"), "{text}");
+    assert!(text.contains("cluster.tls_key_file") && text.contains("no private key"), "{text}");
 }

@@ -1,6 +1,7 @@
 //! Cross-field rules of a [`Config`], each violation reported with its key path.
 
 mod auth;
+mod tls_files;
 mod upstream;
 mod url;
 
@@ -85,6 +86,14 @@ impl Config {
     /// Every rule violation, as `(key path, message)`. Empty means valid.
     pub fn validate(&self) -> Vec<(String, String)> {
         let mut errors = self.cluster.problems(self.proxy.cursor_secret.is_some());
+        if self.cluster.enabled() {
+            let c = &self.cluster;
+            let files = [c.tls_ca_file.as_deref(), c.tls_cert_file.as_deref(), c.tls_key_file.as_deref()];
+            let keys = ["tls_ca_file", "tls_cert_file", "tls_key_file"];
+            for (key, msg) in tls_files::check_tls_files(keys, files[0], files[1], files[2]) {
+                errors.push((format!("cluster.{key}"), msg));
+            }
+        }
         errors.extend(self.telemetry.problems());
         let mut err = |path: String, msg: &str| errors.push((path, msg.to_owned()));
         if !self.listen.path.starts_with('/') {

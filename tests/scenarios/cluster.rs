@@ -6,19 +6,23 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
 use crate::cluster_fleet::*;
 use crate::support::*;
+use crate::tls::Pki;
 use resmux::config::Config;
 use resmux::sample::{SampleHttp, SampleSpec};
 
-/// A `redis-server` of this test's own, on a loopback port.
+/// A `redis-server` of this test's own, on a loopback port; with `tls`, serving TLS only and
+/// requiring a client certificate of that PKI's CA.
 pub(crate) struct Redis {
     port: u16,
     child: Option<Child>,
+    tls: Option<Arc<Pki>>,
     _dir: tempfile::TempDir,
 }
 
@@ -33,18 +37,33 @@ fn redis_server() -> PathBuf {
 
 impl Redis {
     pub(crate) async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// A TLS-only Redis (`rediss://`) with `pki`'s server certificate, requiring a client
+    /// certificate signed by its CA (`tls-auth-clients yes`).
+    pub(crate) async fn start_tls(pki: Arc<Pki>) -> Self {
+        Self::start_with(Some(pki)).await
+    }
+
+    async fn start_with(tls: Option<Arc<Pki>>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         // The port is chosen by binding :0 and released for redis-server to take; a clash
         // with another process in between makes the start fail loudly, never silently share.
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut r = Self { port, child: None, _dir: dir };
+        let mut r = Self { port, child: None, tls, _dir: dir };
         r.spawn().await;
         r
     }
 
     async fn spawn(&mut self) {
+        let ports = match &self.tls {
+            None => vec!["--port".into(), self.port.to_string().into()],
+            Some(pki) => pki.redis_server_args(self.port),
+        };
         let child = Command::new(redis_server())
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(ports)
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(self._dir.path())
             .stdout(Stdio::null())
@@ -53,11 +72,10 @@ impl Redis {
             .spawn()
             .expect("redis-server starts");
         self.child = Some(child);
-        let url = self.url();
+        let client = self.client();
         eventually("redis answers PING", || {
-            let url = url.clone();
+            let client = client.clone();
             async move {
-                let client = redis::Client::open(url).ok()?;
                 let mut conn = client.get_multiplexed_async_connection().await.ok()?;
                 redis::cmd("PING").query_async::<String>(&mut conn).await.ok().map(|_| ())
             }
@@ -66,7 +84,21 @@ impl Redis {
     }
 
     pub(crate) fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// The PKI of a TLS Redis.
+    pub(crate) fn tls(&self) -> Option<&Pki> {
+        self.tls.as_deref()
+    }
+
+    /// A client of this Redis (with the client certificate, for a TLS one).
+    pub(crate) fn client(&self) -> redis::Client {
+        match &self.tls {
+            Some(pki) => pki.redis_client(&self.url()),
+            None => redis::Client::open(self.url()).unwrap(),
+        }
     }
 
     async fn kill(&mut self) {
@@ -78,8 +110,7 @@ impl Redis {
 
     /// Every key in Redis with its value's bytes (string values; other types as empty).
     pub(crate) async fn dump(&self) -> Vec<(String, Vec<u8>)> {
-        let client = redis::Client::open(self.url()).unwrap();
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let mut conn = self.client().get_multiplexed_async_connection().await.unwrap();
         let keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(&mut conn).await.unwrap();
         let mut out = Vec::new();
         for k in keys {

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use crate::cluster::Redis;
 use crate::redis_cluster::RedisCluster;
 use crate::support::*;
+use crate::tls::Pki;
 use resmux::config::{Config, SecretSource, UpstreamConfig};
 use resmux::sample::{SampleHttp, SampleSpec};
 
@@ -22,15 +23,26 @@ pub(crate) enum Shared<'a> {
     Cluster(&'a RedisCluster),
 }
 
-impl Shared<'_> {
-    /// The `[cluster]` line that names this Redis.
+impl<'a> Shared<'a> {
+    /// The `[cluster]` lines that name this Redis (and its TLS files).
     fn toml(self) -> String {
-        match self {
+        let at = match self {
             Shared::One(r) => format!("redis_url = \"{}\"", r.url()),
             Shared::Cluster(c) => {
                 let nodes: Vec<String> = c.seeds().iter().map(|s| format!("\"{s}\"")).collect();
                 format!("redis_nodes = [{}]", nodes.join(", "))
             }
+        };
+        let Some(pki) = self.tls() else { return at };
+        let (ca, cert, key) = (pki.ca.display(), pki.client_cert.display(), pki.client_key.display());
+        format!("{at}\ntls_ca_file = \"{ca}\"\ntls_cert_file = \"{cert}\"\ntls_key_file = \"{key}\"")
+    }
+
+    /// The PKI of a TLS Redis: its CA, and the client certificate it requires.
+    pub(crate) fn tls(self) -> Option<&'a Pki> {
+        match self {
+            Shared::One(r) => r.tls(),
+            Shared::Cluster(c) => c.tls(),
         }
     }
 }
@@ -42,6 +54,11 @@ pub(crate) fn fleet_config(ups: &[&SampleHttp], at: Shared) -> Config {
     match at {
         Shared::One(r) => c.cluster.redis_url = Some(r.url()),
         Shared::Cluster(rc) => c.cluster.redis_nodes = rc.seeds(),
+    }
+    if let Some(pki) = at.tls() {
+        c.cluster.tls_ca_file = Some(pki.ca.clone());
+        c.cluster.tls_cert_file = Some(pki.client_cert.clone());
+        c.cluster.tls_key_file = Some(pki.client_key.clone());
     }
     c.cluster.lease_ttl = Duration::from_millis(900);
     c.proxy.cursor_secret = Some(SecretSource { value: Some(SECRET.into()), ..Default::default() });

@@ -15,6 +15,7 @@ mod cluster_interest;
 mod cluster_reload;
 mod cluster_sharded;
 mod cluster_spread;
+mod cluster_tls;
 mod credentials;
 mod hostile;
 mod interop;

@@ -1,14 +1,17 @@
 //! A real Redis Cluster on loopback for the tests: 6 `redis-server` processes in cluster mode
 //! (3 masters, 3 replicas, made by `redis-cli --cluster create`), with a short node timeout
-//! so that a killed master's replica is promoted within a couple of seconds.
+//! so that a killed master's replica is promoted within a couple of seconds. With a PKI, every
+//! node serves TLS only (`tls-cluster`, `tls-replication`) and requires client certificates.
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
 use crate::support::*;
+use crate::tls::Pki;
 
 /// Nodes of the cluster: 3 masters, each with one replica.
 const NODES: usize = 6;
@@ -34,6 +37,7 @@ struct Node {
 /// A Redis Cluster of this test's own.
 pub(crate) struct RedisCluster {
     nodes: Vec<Node>,
+    tls: Option<Arc<Pki>>,
     _dir: tempfile::TempDir,
 }
 
@@ -44,20 +48,40 @@ fn free_ports() -> (u16, u16) {
     (a.local_addr().unwrap().port(), b.local_addr().unwrap().port())
 }
 
-async fn conn(port: u16) -> Option<redis::aio::MultiplexedConnection> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
+/// How the nodes are reached: plain, or TLS with `Pki`'s client certificate.
+type Link<'a> = Option<&'a Pki>;
+
+fn url(tls: Link, port: u16) -> String {
+    format!("{}://127.0.0.1:{port}", if tls.is_some() { "rediss" } else { "redis" })
+}
+
+async fn conn(tls: Link<'_>, port: u16) -> Option<redis::aio::MultiplexedConnection> {
+    let client = match tls {
+        Some(pki) => pki.redis_client(&url(tls, port)),
+        None => redis::Client::open(url(tls, port)).ok()?,
+    };
     tokio::time::timeout(Duration::from_secs(1), client.get_multiplexed_async_connection()).await.ok()?.ok()
 }
 
-async fn cluster_cmd(port: u16, cmd: &redis::Cmd) -> Option<String> {
-    let mut c = conn(port).await?;
+async fn cluster_cmd(tls: Link<'_>, port: u16, cmd: &redis::Cmd) -> Option<String> {
+    let mut c = conn(tls, port).await?;
     tokio::time::timeout(Duration::from_secs(1), cmd.query_async::<String>(&mut c)).await.ok()?.ok()
 }
 
 impl RedisCluster {
     pub(crate) async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// A Redis Cluster over TLS only: clients, the cluster bus and replication, each side
+    /// presenting a certificate of `pki`'s CA.
+    pub(crate) async fn start_tls(pki: Arc<Pki>) -> Self {
+        Self::start_with(Some(pki)).await
+    }
+
+    async fn start_with(tls: Option<Arc<Pki>>) -> Self {
         for attempt in 1..=ATTEMPTS {
-            match Self::try_start().await {
+            match Self::try_start(tls.clone()).await {
                 Ok(c) => return c,
                 Err(why) => eprintln!("redis cluster, attempt {attempt}: {why}"),
             }
@@ -65,14 +89,20 @@ impl RedisCluster {
         panic!("no Redis Cluster after {ATTEMPTS} attempts");
     }
 
-    async fn try_start() -> Result<Self, String> {
+    async fn try_start(tls: Option<Arc<Pki>>) -> Result<Self, String> {
         let dir = tempfile::tempdir().unwrap();
         let server = binary("RESMUX_REDIS_SERVER", "redis-server");
         let mut nodes = Vec::new();
         for _ in 0..NODES {
             let (port, bus) = free_ports();
+            let ports = match &tls {
+                None => vec!["--port".into(), port.to_string().into()],
+                Some(pki) => pki.redis_server_args(port),
+            };
             let child = Command::new(&server)
-                .args(["--port", &port.to_string(), "--cluster-port", &bus.to_string(), "--bind", "127.0.0.1"])
+                .args(ports)
+                .args(["--tls-cluster", "yes", "--tls-replication", "yes"].iter().filter(|_| tls.is_some()))
+                .args(["--cluster-port", &bus.to_string(), "--bind", "127.0.0.1"])
                 .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
                 .args(["--cluster-replica-validity-factor", "0", "--save", "", "--appendonly", "no"])
                 .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
@@ -85,12 +115,13 @@ impl RedisCluster {
                 .map_err(|e| format!("redis-server does not start: {e}"))?;
             nodes.push(Node { port, child: Some(child) });
         }
-        let cluster = Self { nodes, _dir: dir };
+        let cluster = Self { nodes, tls, _dir: dir };
+        let link = cluster.tls.as_deref();
         for n in &cluster.nodes {
             let ping = async {
                 let start = tokio::time::Instant::now();
                 while start.elapsed() < Duration::from_secs(5) {
-                    if cluster_cmd(n.port, &redis::cmd("PING")).await.is_some() {
+                    if cluster_cmd(link, n.port, &redis::cmd("PING")).await.is_some() {
                         return true;
                     }
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -106,6 +137,7 @@ impl RedisCluster {
             .args(["--cluster", "create"])
             .args(&addrs)
             .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .args(link.map(Pki::redis_cli_args).unwrap_or_default())
             .stdin(Stdio::null())
             .output();
         let made = tokio::time::timeout(DEADLINE, made).await.map_err(|_| "redis-cli --cluster create hung")?;
@@ -121,13 +153,14 @@ impl RedisCluster {
     /// served, and a master for each slot that is alive.
     pub(crate) async fn settled(&self) {
         let live: Vec<u16> = self.nodes.iter().filter(|n| n.child.is_some()).map(|n| n.port).collect();
+        let link = self.tls.as_deref();
         eventually("the redis cluster is ok on every live node", || {
             let live = live.clone();
             async move {
                 for port in &live {
-                    let info = cluster_cmd(*port, redis::cmd("CLUSTER").arg("INFO")).await?;
+                    let info = cluster_cmd(link, *port, redis::cmd("CLUSTER").arg("INFO")).await?;
                     let ok = info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384");
-                    let masters = masters(*port).await?;
+                    let masters = masters(link, *port).await?;
                     if !ok || masters.iter().any(|(p, _)| !live.contains(p)) || masters.len() != 3 {
                         return None;
                     }
@@ -140,17 +173,22 @@ impl RedisCluster {
 
     /// Seed node URLs for `[cluster] redis_nodes` (two, so that one lost seed is survived).
     pub(crate) fn seeds(&self) -> Vec<String> {
-        self.nodes.iter().take(2).map(|n| format!("redis://127.0.0.1:{}", n.port)).collect()
+        self.nodes.iter().take(2).map(|n| url(self.tls(), n.port)).collect()
+    }
+
+    /// The PKI of a TLS cluster.
+    pub(crate) fn tls(&self) -> Option<&Pki> {
+        self.tls.as_deref()
     }
 
     /// The port of the master that serves `key`.
     pub(crate) async fn master_of(&self, key: &str) -> u16 {
         let port = self.nodes.iter().find(|n| n.child.is_some()).unwrap().port;
         let slot: u16 = {
-            let mut c = conn(port).await.unwrap();
+            let mut c = conn(self.tls(), port).await.unwrap();
             redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query_async(&mut c).await.unwrap()
         };
-        let masters = masters(port).await.unwrap();
+        let masters = masters(self.tls(), port).await.unwrap();
         masters.iter().find(|(_, ranges)| ranges.iter().any(|(a, b)| (*a..=*b).contains(&slot))).unwrap().0
     }
 
@@ -158,8 +196,8 @@ impl RedisCluster {
     pub(crate) async fn keys(&self) -> Vec<String> {
         let port = self.nodes.iter().find(|n| n.child.is_some()).unwrap().port;
         let mut out = Vec::new();
-        for (master, _) in masters(port).await.unwrap() {
-            let mut c = conn(master).await.unwrap();
+        for (master, _) in masters(self.tls(), port).await.unwrap() {
+            let mut c = conn(self.tls(), master).await.unwrap();
             let keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(&mut c).await.unwrap();
             out.extend(keys);
         }
@@ -176,8 +214,8 @@ impl RedisCluster {
 }
 
 /// The masters a node knows of, by port, with their slot ranges; `None` if it does not answer.
-async fn masters(port: u16) -> Option<Vec<(u16, Vec<(u16, u16)>)>> {
-    let text = cluster_cmd(port, redis::cmd("CLUSTER").arg("NODES")).await?;
+async fn masters(tls: Link<'_>, port: u16) -> Option<Vec<(u16, Vec<(u16, u16)>)>> {
+    let text = cluster_cmd(tls, port, redis::cmd("CLUSTER").arg("NODES")).await?;
     let mut out = Vec::new();
     for line in text.lines() {
         let fields: Vec<&str> = line.split(' ').collect();

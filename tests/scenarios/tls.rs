@@ -17,17 +17,20 @@ use resmux::config::{ListenTls, UpstreamConfig};
 use resmux::sample::{Sample, SampleHttp, SampleSpec};
 use resmux::tls::{self, ALPN_H2, ALPN_HTTP1};
 
-/// PEM files of a throwaway PKI in a temporary directory.
-struct Pki {
+/// PEM files of a throwaway PKI in a temporary directory (the TLS Redis of
+/// `cluster_tls.rs` uses it too).
+pub(crate) struct Pki {
     _dir: tempfile::TempDir,
-    ca: PathBuf,
-    server_cert: PathBuf,
-    server_key: PathBuf,
-    client_cert: PathBuf,
-    client_key: PathBuf,
+    pub(crate) ca: PathBuf,
+    pub(crate) server_cert: PathBuf,
+    pub(crate) server_key: PathBuf,
+    pub(crate) client_cert: PathBuf,
+    pub(crate) client_key: PathBuf,
     /// A client certificate from another CA, which the upstream does not trust.
     stranger_cert: PathBuf,
     stranger_key: PathBuf,
+    /// That other CA, which signed neither the server's certificate nor the client's.
+    pub(crate) stranger_ca: PathBuf,
 }
 
 fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
@@ -49,7 +52,7 @@ fn leaf(issuer: &CertifiedIssuer<'_, KeyPair>, names: &[&str], usage: ExtendedKe
 }
 
 impl Pki {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let write = |name: &str, pem: &str| {
             let path = dir.path().join(name);
@@ -60,7 +63,8 @@ impl Pki {
         let (server_cert, server_key) =
             leaf(&test_ca, &["localhost", "127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth);
         let (client_cert, client_key) = leaf(&test_ca, &["resmux-client"], ExtendedKeyUsagePurpose::ClientAuth);
-        let (stranger_cert, stranger_key) = leaf(&ca("another CA"), &["stranger"], ExtendedKeyUsagePurpose::ClientAuth);
+        let other_ca = ca("another CA");
+        let (stranger_cert, stranger_key) = leaf(&other_ca, &["stranger"], ExtendedKeyUsagePurpose::ClientAuth);
         Self {
             ca: write("ca.pem", &test_ca.pem()),
             server_cert: write("server.pem", &server_cert),
@@ -69,6 +73,7 @@ impl Pki {
             client_key: write("client.key", &client_key),
             stranger_cert: write("stranger.pem", &stranger_cert),
             stranger_key: write("stranger.key", &stranger_key),
+            stranger_ca: write("stranger-ca.pem", &other_ca.pem()),
             _dir: dir,
         }
     }

@@ -1,6 +1,7 @@
 //! `[cluster]`: replicas sharing one cache, one set of upstream listens and the legacy sessions
 //! through Redis (DESIGN §9, `docs/scaling.md`). Absent: a single replica, exactly as before.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -19,6 +20,14 @@ pub struct ClusterConfig {
     /// of `redis_url`: the client learns the rest of the cluster from them, follows `MOVED`
     /// and `ASK`, and uses sharded pub/sub. Every node must use the same scheme.
     pub redis_nodes: Vec<String>,
+    /// PEM file of the CA certificates trusted for the Redis server(s) of a `rediss://` URL,
+    /// in place of the Mozilla roots compiled in (which are used when absent). Read at start.
+    pub tls_ca_file: Option<PathBuf>,
+    /// PEM certificate chain that resmux presents to Redis (`tls-auth-clients yes`), with
+    /// `tls_key_file`; both or neither. Read at start.
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of `tls_cert_file`.
+    pub tls_key_file: Option<PathBuf>,
     /// Key of the keyed hashes that name private partitions in Redis (never a raw identity).
     /// Every replica must share it; when absent, `proxy.cursor_secret` is used.
     pub key_secret: Option<SecretSource>,
@@ -71,6 +80,9 @@ impl Default for ClusterConfig {
             redis_url: None,
             redis_url_secret: None,
             redis_nodes: Vec::new(),
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
             key_secret: None,
             prefix: "resmux:".into(),
             op_timeout: Duration::from_millis(100),
@@ -127,6 +139,7 @@ impl ClusterConfig {
         {
             err("redis_url", "must start with redis://, rediss:// or unix://");
         }
+        self.tls_problems(&mut err);
         if self.key_secret.is_none() && !has_cursor_secret {
             err(
                 "key_secret",
@@ -160,6 +173,33 @@ impl ClusterConfig {
         out
     }
 
+    /// The `tls_*` keys: the certificate and key together, and only with `rediss://` (a URL
+    /// from `redis_url_secret` is checked at start, once read). The files themselves are
+    /// checked by the proxy, which parses PEM.
+    fn tls_problems(&self, err: &mut impl FnMut(&str, &str)) {
+        match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(_), None) => err("tls_key_file", "required with `tls_cert_file`"),
+            (None, Some(_)) => err("tls_cert_file", "required with `tls_key_file`"),
+            _ => {}
+        }
+        let plain = match (&self.redis_url, self.redis_nodes.first()) {
+            (Some(url), _) if !url.starts_with("rediss://") => Some("redis_url"),
+            (None, Some(node)) if !node.starts_with("rediss://") => Some("redis_nodes"),
+            _ => None,
+        };
+        if let Some(url_key) = plain {
+            for (key, set) in [
+                ("tls_ca_file", self.tls_ca_file.is_some()),
+                ("tls_cert_file", self.tls_cert_file.is_some()),
+                ("tls_key_file", self.tls_key_file.is_some()),
+            ] {
+                if set {
+                    err(key, &format!("applies only to a rediss:// (TLS) Redis, and `{url_key}` is not rediss://"));
+                }
+            }
+        }
+    }
+
     /// Where Redis is: the URL (read from its secret when given that way) or the cluster's
     /// seed nodes.
     pub fn target(&self) -> Result<Option<RedisTarget>, resmux_proto::secret::SecretError> {
@@ -179,6 +219,16 @@ pub enum RedisTarget {
     Standalone(String),
     /// A Redis Cluster, by its seed nodes (`redis_nodes`).
     Cluster(Vec<String>),
+}
+
+impl RedisTarget {
+    /// Whether every connection to it is TLS (`rediss://`).
+    pub fn is_tls(&self) -> bool {
+        match self {
+            Self::Standalone(url) => url.starts_with("rediss://"),
+            Self::Cluster(nodes) => nodes.iter().all(|n| n.starts_with("rediss://")),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -217,5 +267,48 @@ mod tests {
         assert!(bad.iter().any(|(_, m)| m.contains("not a valid Redis URL")), "{bad:?}");
         let target = ClusterConfig { redis_nodes: vec!["redis://a:7000".into()], ..Default::default() };
         assert_eq!(target.target().unwrap(), Some(RedisTarget::Cluster(vec!["redis://a:7000".into()])));
+    }
+
+    #[test]
+    fn tls_files_come_in_pairs_and_only_with_rediss() {
+        let tls = |c: &mut ClusterConfig| {
+            c.redis_url = Some("rediss://redis.internal:6380".into());
+            c.tls_ca_file = Some("/etc/resmux/redis-ca.pem".into());
+            c.tls_cert_file = Some("/etc/resmux/redis-client.pem".into());
+            c.tls_key_file = Some("/etc/resmux/redis-client.key".into());
+        };
+        assert!(problems(tls).is_empty());
+        let lone = problems(|c| {
+            tls(c);
+            c.tls_key_file = None;
+        });
+        assert_eq!(lone, [("cluster.tls_key_file".to_owned(), "required with `tls_cert_file`".to_owned())]);
+        let plain = problems(|c| {
+            tls(c);
+            c.redis_url = Some("redis://redis.internal:6379".into());
+        });
+        let keys: Vec<&str> = plain.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["cluster.tls_ca_file", "cluster.tls_cert_file", "cluster.tls_key_file"], "{plain:?}");
+        assert!(plain[0].1.contains("`redis_url` is not rediss://"), "{plain:?}");
+        let nodes = problems(|c| {
+            tls(c);
+            c.redis_url = None;
+            c.redis_nodes = vec!["redis://a:7000".into()];
+            c.tls_cert_file = None;
+            c.tls_key_file = None;
+        });
+        assert_eq!(nodes.len(), 1, "{nodes:?}");
+        assert!(nodes[0].1.contains("`redis_nodes` is not rediss://"), "{nodes:?}");
+        // A URL from a secret is only known at start (see `tls::prepare`).
+        assert!(
+            problems(|c| {
+                tls(c);
+                c.redis_url = None;
+                c.redis_url_secret = Some(SecretSource { env: Some("REDIS_URL".into()), ..Default::default() });
+            })
+            .is_empty()
+        );
+        assert!(RedisTarget::Cluster(vec!["rediss://a:1".into(), "rediss://b:1".into()]).is_tls());
+        assert!(!RedisTarget::Standalone("unix:///run/redis.sock".into()).is_tls());
     }
 }

@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Value};
 
 use crate::config::{ClusterConfig, RedisTarget};
+use crate::tls;
+use crate::{ClusterError, ClusterSetupError};
 
 /// A command connection to one Redis or to a Redis Cluster. Cheap to clone (multiplexed).
 #[derive(Clone)]
@@ -17,23 +19,98 @@ pub(super) enum Conn {
     Cluster(ClusterConnection),
 }
 
-/// How the replicas reach Redis, for the connections opened later (the subscriber's).
+/// How the replicas reach Redis, for the connections opened later (the subscriber's). Every
+/// Redis client of the tier is made from this, so each carries the `[cluster]` TLS settings.
 #[derive(Clone)]
 pub(super) enum Backend {
     Standalone(Box<redis::Client>),
-    /// The seed nodes (each connection makes its own client: the subscriber's takes pushes).
-    Cluster(Vec<String>),
+    Cluster(Seeds),
+}
+
+/// A client of one Redis node, with the tier's TLS settings.
+fn node_client(node: redis::ConnectionInfo, tls: Option<&redis::TlsCertificates>) -> redis::RedisResult<redis::Client> {
+    match tls {
+        Some(certs) => redis::Client::build_with_tls(node, certs.clone()),
+        None => redis::Client::open(node),
+    }
+}
+
+/// A Redis Cluster's seed nodes with the TLS settings every client of it is built with (each
+/// connection makes its own client: the subscriber's takes pushes).
+#[derive(Clone)]
+pub(super) struct Seeds {
+    nodes: Vec<String>,
+    tls: Option<redis::TlsCertificates>,
+    connect_timeout: Duration,
+    op_timeout: Duration,
+}
+
+impl Seeds {
+    /// A client of the cluster, with the tier's TLS and timeouts.
+    pub(super) fn builder(&self) -> redis::cluster::ClusterClientBuilder {
+        let builder = redis::cluster::ClusterClientBuilder::new(self.nodes.iter().map(String::as_str))
+            .connection_timeout(self.connect_timeout)
+            .response_timeout(self.op_timeout)
+            // A request never waits on Redis past `op_timeout` anyway (its caller's deadline);
+            // the retries follow `MOVED`/`ASK` and a failover's reconnection within it.
+            .retries(3)
+            .min_retry_wait(10)
+            .max_retry_wait(200);
+        match &self.tls {
+            Some(certs) => builder.certs(certs.clone()),
+            None => builder,
+        }
+    }
+
+    /// Why no seed node answers on its own, within `deadline` (`None`: one does, or the
+    /// attempt ran out of time). The cluster client, connected to no node, says only that; a
+    /// seed connected directly tells the cause (a rejected certificate, a refused connection).
+    pub(super) async fn failure(&self, deadline: Duration) -> Option<redis::RedisError> {
+        let attempts = async {
+            let mut first = None;
+            for node in &self.nodes {
+                let attempt = async {
+                    let client = node_client(node.as_str().into_connection_info()?, self.tls.as_ref())?;
+                    let mut conn = client.get_multiplexed_async_connection().await?;
+                    redis::cmd("PING").query_async::<()>(&mut conn).await
+                };
+                match attempt.await {
+                    Ok(()) => return None,
+                    Err(e) => {
+                        first.get_or_insert(e);
+                    }
+                }
+            }
+            first
+        };
+        tokio::time::timeout(deadline, attempts).await.ok().flatten()
+    }
 }
 
 impl Backend {
-    /// The client for `target`; nothing is connected yet.
-    pub(super) fn new(target: &RedisTarget, config: &ClusterConfig) -> redis::RedisResult<Self> {
+    /// The client for `target`, with the TLS files of `config` read now; nothing is connected
+    /// yet.
+    pub(super) fn new(target: &RedisTarget, config: &ClusterConfig) -> Result<Self, ClusterSetupError> {
+        let tls = tls::certificates(config)?;
+        tls::prepare(target, tls.as_ref())?;
         Ok(match target {
-            RedisTarget::Standalone(url) => Self::Standalone(Box::new(redis::Client::open(url.as_str())?)),
+            RedisTarget::Standalone(url) => {
+                let info = url.as_str().into_connection_info().map_err(ClusterSetupError::Url)?;
+                Self::Standalone(Box::new(node_client(info, tls.as_ref()).map_err(ClusterSetupError::Client)?))
+            }
             RedisTarget::Cluster(nodes) => {
+                for node in nodes {
+                    node.as_str().into_connection_info().map_err(ClusterSetupError::Url)?;
+                }
+                let seeds = Seeds {
+                    nodes: nodes.clone(),
+                    tls,
+                    connect_timeout: connect_timeout(config),
+                    op_timeout: config.op_timeout,
+                };
                 // Built once here so that a bad seed list fails at start, not in a task.
-                cluster_builder(nodes, config).build()?;
-                Self::Cluster(nodes.clone())
+                seeds.builder().build().map_err(ClusterSetupError::Client)?;
+                Self::Cluster(seeds)
             }
         })
     }
@@ -50,12 +127,22 @@ impl Backend {
                     .set_max_delay(Duration::from_millis(500));
                 Conn::Standalone(ConnectionManager::new_lazy_with_config((**client).clone(), mgr)?)
             }
-            Self::Cluster(nodes) => Conn::Cluster(
-                cluster_builder(nodes, config)
-                    .build()?
-                    .get_pending_async_connection_with_config(redis::cluster::ClusterConfig::new()),
+            Self::Cluster(seeds) => Conn::Cluster(
+                seeds.builder().build()?.get_pending_async_connection_with_config(redis::cluster::ClusterConfig::new()),
             ),
         })
+    }
+
+    /// Explains a Redis Cluster that the client reaches no node of (see [`Seeds::failure`]).
+    pub(super) async fn explain(&self, err: ClusterError, deadline: Duration) -> ClusterError {
+        match (self, &err) {
+            (Self::Cluster(seeds), ClusterError::Redis { source, .. })
+                if source.kind() == redis::ErrorKind::ClusterConnectionNotFound =>
+            {
+                seeds.failure(deadline).await.map_or(err, ClusterError::Seeds)
+            }
+            _ => err,
+        }
     }
 
     /// Whether this is a Redis Cluster (sharded pub/sub) or one Redis (plain pub/sub).
@@ -69,18 +156,6 @@ impl Backend {
     pub(super) fn publish_command(&self) -> &'static str {
         if self.is_cluster() { "SPUBLISH" } else { "PUBLISH" }
     }
-}
-
-/// A client of the cluster of `nodes`, with the tier's timeouts.
-pub(super) fn cluster_builder(nodes: &[String], config: &ClusterConfig) -> redis::cluster::ClusterClientBuilder {
-    redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
-        .connection_timeout(connect_timeout(config))
-        .response_timeout(config.op_timeout)
-        // A request never waits on Redis past `op_timeout` anyway (its caller's deadline);
-        // the retries follow `MOVED`/`ASK` and a failover's reconnection within it.
-        .retries(3)
-        .min_retry_wait(10)
-        .max_retry_wait(200)
 }
 
 fn connect_timeout(config: &ClusterConfig) -> Duration {

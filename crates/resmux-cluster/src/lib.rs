@@ -3,6 +3,9 @@
 //! HTTP or of the proxy's router: the proxy hands it keys and values and gets events back.
 //!
 //! - [`config`]: the `[cluster]` section.
+//! - `conn`: the connection to one Redis or a Redis Cluster, and every client of it, built
+//!   with the TLS of `tls` (`rediss://`: a private CA, a client certificate).
+//! - `health`: the probe that marks Redis up or degraded, and the cause it last saw.
 //! - [`l2`]: a second cache tier behind each replica's moka cache, with cross-replica
 //!   single-flight (a short fill lock per key, taken by the probe that missed) and epochs kept
 //!   in Redis, so that a fill that raced a notification on another replica is never stored as
@@ -29,6 +32,7 @@ mod conn;
 mod fence;
 mod fill;
 mod fillwait;
+mod health;
 mod interest;
 mod l2;
 mod lease;
@@ -39,6 +43,7 @@ mod spread;
 mod stats;
 pub use spread::preferred as preferred_listen_holder;
 mod subscribe;
+mod tls;
 mod value;
 
 use std::sync::Arc;
@@ -75,6 +80,8 @@ pub enum ClusterError {
     Timeout { op: &'static str },
     #[error("redis is unreachable (the health probe has not seen it back yet)")]
     Unavailable,
+    #[error("redis: no node of the Redis Cluster is connected, and a seed node alone fails")]
+    Seeds(#[source] redis::RedisError),
 }
 
 /// Why the cluster tier could not be set up.
@@ -82,6 +89,19 @@ pub enum ClusterError {
 pub enum ClusterSetupError {
     #[error("cluster.redis_url (or redis_nodes) is not a valid Redis URL")]
     Url(#[source] redis::RedisError),
+    #[error("cluster: cannot make a Redis client of redis_url (or redis_nodes) and the tls_* files")]
+    Client(#[source] redis::RedisError),
+    #[error("cluster.{key}: cannot read `{}`", path.display())]
+    TlsFile {
+        key: &'static str,
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cluster: tls_cert_file and tls_key_file go together")]
+    TlsPair,
+    #[error("cluster: the tls_* files apply only to a rediss:// (TLS) Redis, and the Redis URL is not rediss://")]
+    TlsNeedsRediss,
     #[error("cluster: cannot read a secret")]
     Secret(#[source] resmux_proto::secret::SecretError),
     #[error("cluster: no key for private partitions (set cluster.key_secret or proxy.cursor_secret)")]
@@ -109,6 +129,8 @@ struct Inner {
     healthy: AtomicBool,
     /// Flipped by the health probe; readiness and the admin page read it.
     health: watch::Sender<bool>,
+    /// Why Redis is degraded, as the last failed call or probe saw it (for `/readyz`).
+    down_because: arc_swap::ArcSwapOption<String>,
     /// Wakes the health probe when a call failed, so that a brief failure is confirmed or
     /// cleared at once instead of at the next tick.
     probe_now: tokio::sync::Notify,
@@ -166,8 +188,8 @@ impl Cluster {
             Some(s) => s.resolve().map_err(ClusterSetupError::Secret)?,
             None => cursor_secret.ok_or(ClusterSetupError::NoKey)?.to_owned(),
         };
-        let backend = conn::Backend::new(&target, config).map_err(ClusterSetupError::Url)?;
-        let conn = backend.connect_lazily(config).map_err(ClusterSetupError::Url)?;
+        let backend = conn::Backend::new(&target, config)?;
+        let conn = backend.connect_lazily(config).map_err(ClusterSetupError::Client)?;
         let (outbox, outbox_rx) = mpsc::channel(config.max_outbox);
         let (inbox, inbox_rx) = mpsc::channel(INBOX);
         let n = slots;
@@ -183,6 +205,7 @@ impl Cluster {
             // Optimistic until the first probe: requests try Redis at once.
             healthy: AtomicBool::new(true),
             health: watch::channel(true).0,
+            down_because: arc_swap::ArcSwapOption::empty(),
             probe_now: tokio::sync::Notify::new(),
             stats: Stats::default(),
             outbox,
@@ -341,58 +364,5 @@ impl Cluster {
         self.0.stats.errors.fetch_add(1, Ordering::Relaxed);
         self.set_healthy(false, Some(&err));
         Err(err)
-    }
-
-    fn set_healthy(&self, up: bool, why: Option<&ClusterError>) {
-        if !up {
-            self.0.probe_now.notify_one();
-        }
-        if self.0.healthy.swap(up, Ordering::Relaxed) != up {
-            match why {
-                Some(e) => {
-                    tracing::warn!(error = %resmux_proto::error::chain(e), "redis unreachable: serving without the cluster tier")
-                }
-                None => tracing::info!("redis reachable again: sharing resumes"),
-            }
-            self.0.health.send_replace(up);
-        }
-    }
-
-    /// Whether Redis answers for every upstream: one keyed read per upstream, so that on a
-    /// Redis Cluster each lands on the node that owns that upstream's slot (a master lost
-    /// and not yet replaced shows here), and a moved slot is learnt of.
-    async fn answers(&self, deadline: Duration) -> bool {
-        let slots = self.active_slots();
-        let probes = (0..slots.len().max(1)).map(|i| {
-            let mut conn = self.0.conn.clone();
-            let cmd = match slots.get(i) {
-                Some(&slot) => redis::cmd("EXISTS").arg(format!("{}:fence", self.tag(slot))).to_owned(),
-                None => redis::cmd("PING"),
-            };
-            self.0.stats.calls.fetch_add(1, Ordering::Relaxed);
-            async move {
-                matches!(tokio::time::timeout(deadline, cmd.query_async::<redis::Value>(&mut conn)).await, Ok(Ok(_)))
-            }
-        });
-        futures_util::future::join_all(probes).await.into_iter().all(|ok| ok)
-    }
-
-    /// Probes Redis: every 250 ms while it is down, every second while it is up.
-    async fn health_probe(self, cancel: CancellationToken) {
-        let deadline = self.0.config.op_timeout.max(Duration::from_millis(200));
-        loop {
-            let ok = self.answers(deadline).await;
-            if ok {
-                self.set_healthy(true, None);
-            } else if self.healthy() {
-                self.set_healthy(false, Some(&ClusterError::Timeout { op: "probe" }));
-            }
-            let wait = if ok { Duration::from_secs(1) } else { Duration::from_millis(250) };
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(wait) => {}
-                _ = self.0.probe_now.notified(), if ok => {}
-            }
-        }
     }
 }

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Cluster;
-use super::conn::{Backend, cluster_builder};
+use super::conn::{Backend, Seeds};
 
 /// Wait between attempts to subscribe while the subscriptions are not all in place.
 const RETRY: Duration = Duration::from_millis(250);
@@ -32,7 +32,7 @@ const PUSHES: usize = 4096;
 pub(super) async fn subscriber(cluster: Cluster, cancel: CancellationToken) {
     match cluster.0.backend.clone() {
         Backend::Standalone(client) => standalone(cluster, *client, cancel).await,
-        Backend::Cluster(nodes) => sharded(cluster, &nodes, cancel).await,
+        Backend::Cluster(seeds) => sharded(cluster, &seeds, cancel).await,
     }
 }
 
@@ -115,7 +115,7 @@ async fn standalone(cluster: Cluster, client: redis::Client, cancel: Cancellatio
     }
 }
 
-async fn sharded(cluster: Cluster, nodes: &[String], cancel: CancellationToken) {
+async fn sharded(cluster: Cluster, seeds: &Seeds, cancel: CancellationToken) {
     let (tx, mut pushes) = mpsc::channel::<PushInfo>(PUSHES);
     let overflowed = Arc::new(AtomicBool::new(false));
     let overflow = overflowed.clone();
@@ -125,7 +125,7 @@ async fn sharded(cluster: Cluster, nodes: &[String], cancel: CancellationToken) 
         }
         Ok::<(), std::convert::Infallible>(())
     };
-    let client = cluster_builder(nodes, &cluster.0.config).use_protocol(redis::ProtocolVersion::RESP3);
+    let client = seeds.builder().use_protocol(redis::ProtocolVersion::RESP3);
     let client = match client.push_sender(sender).build() {
         Ok(c) => c,
         Err(e) => {

@@ -1,5 +1,6 @@
 //! The rules of one `[[upstream]]`: its transport, credential, TLS files and allow rules.
 
+use super::tls_files::check_tls_files;
 use super::url::{canonical_resource, check_url};
 use super::{MAX_NAME, chain, forbidden_header};
 use crate::config::{AllowRule, AuthConfig, AuthMode, Credential, ProxyRequests, UpstreamConfig};
@@ -154,31 +155,12 @@ fn check_upstream_tls(up: &UpstreamConfig) -> Vec<(&'static str, String)> {
         (None, Some(_)) => errors.push(("tls_client_cert", "required with `tls_client_key`".into())),
         _ => {}
     }
-    // Each file on its own, so that every broken one is reported; then the pair together.
-    let chain = |e: crate::tls::TlsError| crate::error::chain(&e);
-    if let Some(ca) = &up.tls_ca_file
-        && let Err(e) = crate::tls::client_config(crate::tls::ClientTls { ca_file: Some(ca), identity: None })
-    {
-        errors.push(("tls_ca_file", chain(e)));
-    }
-    let cert = up.tls_client_cert.as_deref().map(crate::tls::load_certs);
-    let key = up.tls_client_key.as_deref().map(crate::tls::load_key);
-    match (cert, key) {
-        (Some(Ok(_)), Some(Ok(_))) => {
-            let identity = up.tls().and_then(|t| t.identity);
-            if let Err(e) = crate::tls::client_config(crate::tls::ClientTls { ca_file: None, identity }) {
-                errors.push(("tls_client_cert", chain(e)));
-            }
-        }
-        (cert, key) => {
-            if let Some(Err(e)) = cert {
-                errors.push(("tls_client_cert", chain(e)));
-            }
-            if let Some(Err(e)) = key {
-                errors.push(("tls_client_key", chain(e)));
-            }
-        }
-    }
+    errors.extend(check_tls_files(
+        ["tls_ca_file", "tls_client_cert", "tls_client_key"],
+        up.tls_ca_file.as_deref(),
+        up.tls_client_cert.as_deref(),
+        up.tls_client_key.as_deref(),
+    ));
     errors
 }
 
