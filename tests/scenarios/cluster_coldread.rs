@@ -80,6 +80,21 @@ async fn slow_upstream(delay: Duration) -> SampleHttp {
     sample_http(spec).await
 }
 
+/// Waits until the upstream has been read `n` times in all (`what` says what that means).
+async fn upstream_reads_reach(up: &SampleHttp, n: u64, what: &str) {
+    eventually(what, || {
+        let reads = up.sample.count("resources/read");
+        async move { (reads == n).then_some(()) }
+    })
+    .await;
+}
+
+/// A read of `uri` through `p`, running on its own.
+fn spawn_read(p: &Proxy, uri: &str) -> tokio::task::JoinHandle<Exchange> {
+    let (client, uri) = (p.client.clone(), uri.to_owned());
+    tokio::spawn(async move { client.request("resources/read", read(&uri)).await })
+}
+
 fn stat(p: &Proxy, name: &str) -> u64 {
     cluster_state(p)[name].as_u64().unwrap_or_else(|| panic!("no counter {name}"))
 }
@@ -171,14 +186,9 @@ async fn the_answer_comes_before_the_fill_and_the_fill_wakes_a_waiter_on_another
     let ps = patient_fleet(&up, &redis, 2, |_| {}).await;
     let base = up.sample.count("resources/read");
     let warm = shared_values(&redis).await;
-    let (a, b) = (ps[0].client.clone(), ps[1].client.clone());
-    let first = tokio::spawn(async move { a.request("resources/read", read("docs://item/5")).await });
-    eventually("A's fetch reached the upstream", || {
-        let n = up.sample.count("resources/read") - base;
-        async move { (n == 1).then_some(()) }
-    })
-    .await;
-    let second = tokio::spawn(async move { b.request("resources/read", read("docs://item/5")).await });
+    let first = spawn_read(&ps[0], "docs://item/5");
+    upstream_reads_reach(&up, base + 1, "A's fetch reached the upstream").await;
+    let second = spawn_read(&ps[1], "docs://item/5");
     eventually("B waits for A's fill", || {
         let waits = stat(&ps[1], "lock_waits");
         async move { (waits == 1).then_some(()) }
@@ -219,13 +229,8 @@ async fn a_fill_that_raced_a_change_is_not_stored_in_redis_nor_kept_locally() {
     let base = up.sample.count("resources/read");
     let warm = shared_values(&redis).await;
     let (fills0, raced0) = (stat(&ps[0], "l2_fills"), stat(&ps[0], "l2_fills_raced"));
-    let a = ps[0].client.clone();
-    let first = tokio::spawn(async move { a.request("resources/read", read("docs://item/2")).await });
-    eventually("A's fetch reached the upstream", || {
-        let n = up.sample.count("resources/read") - base;
-        async move { (n == 1).then_some(()) }
-    })
-    .await;
+    let first = spawn_read(&ps[0], "docs://item/2");
+    upstream_reads_reach(&up, base + 1, "A's fetch reached the upstream").await;
     let stream_epoch = format!("{}:e:s", docs_tag(&redis).await);
     redis_command(&redis, redis::cmd("INCR").arg(&stream_epoch)).await;
     assert_eq!(first.await.unwrap().cache(), "miss", "the answer is served");
@@ -262,17 +267,8 @@ async fn fills_past_max_pending_fills_are_dropped_and_counted_and_their_locks_ex
     let warm = shared_values(&redis).await;
     let fills0 = stat(&ps[0], "l2_fills");
     let uris = ["docs://item/0", "docs://item/1", "docs://item/6"];
-    let reads: Vec<_> = (uris.iter())
-        .map(|u| {
-            let (client, uri) = (ps[0].client.clone(), u.to_string());
-            tokio::spawn(async move { client.request("resources/read", read(&uri)).await })
-        })
-        .collect();
-    eventually("the three fetches reached the upstream (each probe took its lock)", || {
-        let n = up.sample.count("resources/read") - base;
-        async move { (n == 3).then_some(()) }
-    })
-    .await;
+    let reads: Vec<_> = uris.iter().map(|u| spawn_read(&ps[0], u)).collect();
+    upstream_reads_reach(&up, base + 3, "the three fetches reached the upstream (each probe took its lock)").await;
     let hold = Duration::from_secs(3);
     let paused = Instant::now();
     pause_writes(&redis, hold).await;
@@ -311,13 +307,8 @@ async fn shutdown_waits_for_the_fills_in_flight() {
     let warm = shared_values(&redis).await;
     let follower = 1 - settled_holder(&ps, "docs").await;
     let p = ps.swap_remove(follower);
-    let a = p.client.clone();
-    let first = tokio::spawn(async move { a.request("resources/read", read("docs://item/4")).await });
-    eventually("the fetch reached the upstream", || {
-        let n = up.sample.count("resources/read") - base;
-        async move { (n == 1).then_some(()) }
-    })
-    .await;
+    let first = spawn_read(&p, "docs://item/4");
+    upstream_reads_reach(&up, base + 1, "the fetch reached the upstream").await;
     let hold = Duration::from_secs(2);
     let paused = Instant::now();
     pause_writes(&redis, hold).await;
