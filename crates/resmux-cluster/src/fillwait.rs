@@ -2,9 +2,10 @@
 //!
 //! A flight leader registers a local waiter before it probes; a probe that finds the key's
 //! fill lock taken marks the key as waited for (`<tag>:wait:…`, expiring with the lock) in the
-//! same script, and the leader then waits on the local notice. The fill (or the unlock of a fill that
-//! failed) deletes the mark and, only if there was one, publishes a `filled` notice on the
-//! upstream's bus channel in the same script, so a fill nobody waits for costs no message.
+//! same script, and the leader then waits on the local notice. The fill (or the release of a
+//! lock whose fetch failed) deletes the mark and, only if there was one, publishes a `filled`
+//! notice on the upstream's bus channel in the same script, so a fill nobody waits for costs
+//! no message.
 //! A lost notice only costs the waiter its fallback poll.
 
 use std::collections::HashMap;
