@@ -187,7 +187,8 @@ where
             }
             // At shutdown the answer says the connection closes, as hyper's graceful shutdown does.
             let close = close || stopping(&shutdown);
-            let ended = write::response(&mut io, *resp, close, lean.service.slow_write(), &mut buf).await;
+            let (plan, done) = write::plan(*resp, close);
+            let ended = write::send(&mut io, plan, done, lean.service.slow_write(), &mut buf).await;
             drop(in_flight);
             if ended != Ended::KeepAlive || stopping(&shutdown) {
                 let _ = tokio::time::timeout(lean.service.slow_write(), io.shutdown()).await;

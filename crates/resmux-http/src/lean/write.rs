@@ -56,7 +56,7 @@ fn give_back_head(mut head: Vec<u8>) {
 }
 
 /// What is left to write of a response once its head is made.
-enum Plan {
+pub(super) enum Plan {
     /// A whole body, in its pieces.
     Whole { head: Vec<u8>, pieces: [Bytes; 3] },
     /// A stream (a listen's, or a relayed body).
@@ -64,12 +64,7 @@ enum Plan {
 }
 
 /// Writes `resp` to `io`; `close` when the request asked for the connection to close.
-/// Bytes read meanwhile go to `rest`.
-///
-/// The head is made before the returned future starts, so the future holds only what is left
-/// to write: an open stream (a listener) holds its chunks' source and its head's buffer, not
-/// the response it came from. (Not an `async fn`, which would also keep its arguments beside
-/// its own bindings of them for the stream's life.)
+/// Bytes read meanwhile go to `rest`. ([`plan`], then [`send`].)
 pub(super) fn response<'a, T>(
     io: &'a mut T,
     resp: Resp,
@@ -80,10 +75,19 @@ pub(super) fn response<'a, T>(
 where
     T: AsyncRead + AsyncWrite + Unpin,
 {
+    let (plan, done) = plan(resp, close);
+    send(io, plan, done, slow, rest)
+}
+
+/// Takes `resp` apart into its head, made now, and what is left to write; and how the
+/// exchange ends if all is written (`close`: the request asked for the connection to close).
+/// The writer ([`send`]) then holds only that: an open stream (a listener) keeps its chunks'
+/// source and its head's buffer, not the response it came from.
+pub(super) fn plan(resp: Resp, close: bool) -> (Plan, Ended) {
     let (parts, body) = resp.into_parts();
     let close = close || parts.headers.get(CONNECTION).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
     let done = if close { Ended::Close } else { Ended::KeepAlive };
-    let mut plan = match body {
+    let plan = match body {
         Either::Left(whole) => {
             let pieces = whole.into_pieces();
             let head = head(&parts, Some(pieces.iter().map(Bytes::len).sum()), close);
@@ -93,6 +97,26 @@ where
         Either::Right(stream) => Plan::Stream { head: head(&parts, None, close), stream },
     };
     give_back(parts.headers);
+    (plan, done)
+}
+
+/// Writes `plan` to `io`, reading what comes meanwhile into `rest`; `done` if all is written.
+///
+/// Not an `async fn`, which would keep the plan twice (as its argument and as its binding of
+/// it) for a stream's life; and nothing is done before the future is made, so that the
+/// caller's `.await` builds it where it is polled instead of copying it there.
+#[inline]
+#[expect(clippy::manual_async_fn, reason = "an async fn holds its arguments twice")]
+pub(super) fn send<'a, T>(
+    io: &'a mut T,
+    mut plan: Plan,
+    done: Ended,
+    slow: Duration,
+    rest: &'a mut BytesMut,
+) -> impl Future<Output = Ended> + 'a
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
     async move {
         // Matched in place: taken apart by value, the plan would be held twice.
         match &mut plan {
