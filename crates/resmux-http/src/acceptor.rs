@@ -43,7 +43,7 @@ use tracing::Instrument;
 
 use crate::coalesce::Coalesced;
 use crate::conn_timer::{ConnTimer, Expired, Timed, Tracked};
-use crate::lean::{self, Lean, Takes, http1_builder};
+use crate::lean::{self, Lean, LeanShared, Takes, http1_builder};
 use crate::per_ip::{IpSlot, PerIp};
 use crate::quiet::Quiet;
 use crate::service::{ConnEvent, Service};
@@ -117,8 +117,19 @@ pub async fn serve<S: Service>(
     auto.http2()
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
         .max_concurrent_streams(limits.http2_max_concurrent_streams);
-    // The request target every lean request has (anything else is hyper's).
-    let uri = lean::target(service.path());
+    // The lean path's settings, shared by its connections; `None` when the service's path is
+    // not a request target (anything else is hyper's).
+    let lean_shared = lean::target(service.path()).map(|uri| {
+        let (marker, marker_value) = S::STREAM_MARKER;
+        Arc::new(LeanShared {
+            service: service.clone(),
+            takes: Takes { streams: limits.lean_streams, requests: limits.lean_requests, marker, marker_value },
+            uri,
+            max_head: limits.max_header_bytes,
+            cancel: cancel.clone(),
+            http1: http1.clone(),
+        })
+    });
     loop {
         let permit = tokio::select! {
             _ = cancel.cancelled() => break,
@@ -187,20 +198,9 @@ pub async fn serve<S: Service>(
         }
         if (limits.lean_streams || limits.lean_requests)
             && !limits.http2
-            && let Some(uri) = &uri
+            && let Some(shared) = &lean_shared
         {
-            let (marker, marker_value) = S::STREAM_MARKER;
-            let lean = Lean {
-                service: service.clone(),
-                takes: Takes { streams: limits.lean_streams, requests: limits.lean_requests, marker, marker_value },
-                uri: uri.clone(),
-                peer,
-                timer: timer.clone(),
-                max_head: limits.max_header_bytes,
-                cancel: cancel.clone(),
-                http1: http1.clone(),
-                watcher: graceful.watcher(),
-            };
+            let lean = Lean { shared: shared.clone(), peer, timer: timer.clone(), watcher: graceful.watcher() };
             // Pinned in a box of its own: moved into `run_connection`'s select, it is not
             // stored twice in the connection's task.
             let conn = Box::pin(lean::serve(Timed::new(stream, timer), lean, hyper_service));
@@ -248,14 +248,18 @@ struct Held<S> {
 
 /// Runs one connection to its end (or until its timer expires, which drops it and so closes
 /// the socket); its permit and per-IP slot are freed then.
-async fn run_connection<C, E, S>(conn: C, held: Held<S>)
+///
+/// Not an `async fn`: one keeps its arguments and its own bindings of them side by side for
+/// the connection's life (an idle listener's connection is mostly its futures). Taken apart
+/// here, each part is held once.
+fn run_connection<C, E, S>(conn: C, held: Held<S>) -> impl Future<Output = ()>
 where
     C: Future<Output = Result<(), E>>,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
     S: Service,
 {
-    {
-        let Held { permit, slot, peer, timer, service, force } = held;
+    let Held { permit, slot, peer, timer, service, force } = held;
+    async move {
         // The deadlines are polled only when they fire, not at every wake-up of the socket.
         let deadlines = Quiet::new(async {
             tokio::select! {

@@ -22,6 +22,7 @@ mod write;
 
 use std::error::Error as StdError;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -54,15 +55,24 @@ const MAX_LEAN_BODY: usize = 64 << 10;
 /// [`FIRST_READ`] once the request is served.
 const KEEP_BUFFER: usize = 8 << 10;
 
-/// What the lean path needs of its connection.
+/// What the lean path needs of its connection: the listener's settings, shared by all its
+/// connections (an idle listener's connection holds one pointer to them, not its own copy),
+/// and the connection's own parts. The shared ones are read through `Deref`.
 pub(crate) struct Lean<S: Service> {
+    pub shared: Arc<LeanShared<S>>,
+    pub peer: SocketAddr,
+    pub timer: Arc<ConnTimer>,
+    /// Keeps graceful shutdown waiting for this connection, and watches the hand-off.
+    pub watcher: Watcher,
+}
+
+/// The lean path's settings, one per listener.
+pub(crate) struct LeanShared<S: Service> {
     pub service: S,
     /// Which requests it serves.
     pub takes: Takes<S::Known>,
     /// The service's path, as every lean request's target.
     pub uri: Uri,
-    pub peer: SocketAddr,
-    pub timer: Arc<ConnTimer>,
     /// `max_header_bytes`: a longer head is hyper's to refuse (431).
     pub max_head: usize,
     /// The listener's shutdown: a connection waiting for a request's head closes, and one
@@ -70,8 +80,14 @@ pub(crate) struct Lean<S: Service> {
     pub cancel: CancellationToken,
     /// hyper's connection settings, for the hand-off.
     pub http1: http1::Builder,
-    /// Keeps graceful shutdown waiting for this connection, and watches the hand-off.
-    pub watcher: Watcher,
+}
+
+impl<S: Service> std::ops::Deref for Lean<S> {
+    type Target = LeanShared<S>;
+
+    fn deref(&self) -> &LeanShared<S> {
+        &self.shared
+    }
 }
 
 type BoxError = Box<dyn StdError + Send + Sync>;
@@ -118,54 +134,66 @@ impl Shutdown {
 
 /// Serves one connection: its requests here while the lean path takes them, the rest with
 /// hyper (`hyper_service`: the same service, as hyper calls it).
-pub(crate) async fn serve<T, S, H>(mut io: T, lean: Lean<S>, hyper_service: H) -> Result<(), hyper::Error>
+///
+/// Not an `async fn`, which would hold its arguments twice for the connection's life (as
+/// arguments, and as the bindings its body moves them into): the block below uses them
+/// where they are. The same holds for [`write::response`].
+#[expect(clippy::manual_async_fn, reason = "an async fn holds its arguments twice")]
+pub(crate) fn serve<T, S, H>(
+    mut io: T,
+    lean: Lean<S>,
+    hyper_service: H,
+) -> impl Future<Output = Result<(), hyper::Error>>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: Service,
     H: HyperService,
 {
-    let mut buf = BytesMut::new();
-    // Made again after a stream, which does without it (see below).
-    let mut shutdown: Option<Shutdown> = None;
-    let stopping = |shutdown: &Option<Shutdown>| {
-        shutdown.as_ref().map_or_else(|| lean.cancel.is_cancelled(), Shutdown::is_cancelled)
-    };
-    let mut ranges = Ranges::new();
-    loop {
-        let waiting = shutdown.get_or_insert_with(|| Shutdown::new(&lean.cancel));
-        // Boxed: reading and answering a request takes a moment; only the response's write
-        // (a listen's stream) is held for long, so only its state stays allocated.
-        let next = Box::pin(next_request(&mut io, &lean, buf, &mut ranges, waiting)).await;
-        let (resp, close, in_flight) = match next {
-            Next::HandOff(read) => {
-                // hyper's own graceful shutdown takes over.
-                drop(shutdown);
-                return hand_off(read, io, lean, hyper_service).await;
-            }
-            Next::Done => return Ok(()),
-            Next::Serve { resp, close, rest, in_flight } => {
-                buf = rest;
-                (resp, close, in_flight)
-            }
+    async move {
+        let mut buf = BytesMut::new();
+        // Made again after a stream, which does without it (see below).
+        let mut shutdown: Option<Shutdown> = None;
+        let stopping = |shutdown: &Option<Shutdown>| {
+            shutdown.as_ref().map_or_else(|| lean.cancel.is_cancelled(), Shutdown::is_cancelled)
         };
-        let stream = matches!(resp.body(), Either::Right(_));
-        if stream || buf.capacity() > KEEP_BUFFER {
-            // A stream may be open for hours: it keeps only what was pipelined behind it.
-            buf = BytesMut::from(&buf[..]);
-            ranges = Ranges::new();
-        }
-        if stream {
-            // Nor its wait on the shutdown (about 50 bytes per listener, measured): a listen
-            // stream ends at shutdown by its own hand, and the look after it takes the lock.
-            shutdown = None;
-        }
-        // At shutdown the answer says the connection closes, as hyper's graceful shutdown does.
-        let close = close || stopping(&shutdown);
-        let ended = write::response(&mut io, *resp, close, lean.service.slow_write(), &mut buf).await;
-        drop(in_flight);
-        if ended != Ended::KeepAlive || stopping(&shutdown) {
-            let _ = tokio::time::timeout(lean.service.slow_write(), io.shutdown()).await;
-            return Ok(());
+        let mut ranges = Ranges::new();
+        loop {
+            let waiting = shutdown.get_or_insert_with(|| Shutdown::new(&lean.cancel));
+            // Boxed: reading and answering a request takes a moment; only the response's write
+            // (a listen's stream) is held for long, so only its state stays allocated.
+            let next = Box::pin(next_request(&mut io, &lean, buf, &mut ranges, waiting)).await;
+            let (resp, close, in_flight) = match next {
+                Next::HandOff(read) => {
+                    // hyper's own graceful shutdown takes over.
+                    drop(shutdown);
+                    return hand_off(read, io, lean, hyper_service).await;
+                }
+                Next::Done => return Ok(()),
+                Next::Serve { resp, close, rest, in_flight } => {
+                    buf = rest;
+                    (resp, close, in_flight)
+                }
+            };
+            let stream = matches!(resp.body(), Either::Right(_));
+            if stream || buf.capacity() > KEEP_BUFFER {
+                // A stream may be open for hours: it keeps only what was pipelined behind it.
+                buf = BytesMut::from(&buf[..]);
+                ranges = Ranges::new();
+            }
+            if stream {
+                // Nor its wait on the shutdown (about 50 bytes per listener, measured): a listen
+                // stream ends at shutdown by its own hand, and the look after it takes the lock.
+                shutdown = None;
+            }
+            // At shutdown the answer says the connection closes, as hyper's graceful shutdown does.
+            let close = close || stopping(&shutdown);
+            let (plan, done) = write::plan(*resp, close);
+            let ended = write::send(&mut io, plan, done, lean.service.slow_write(), &mut buf).await;
+            drop(in_flight);
+            if ended != Ended::KeepAlive || stopping(&shutdown) {
+                let _ = tokio::time::timeout(lean.service.slow_write(), io.shutdown()).await;
+                return Ok(());
+            }
         }
     }
 }
@@ -293,17 +321,23 @@ async fn read_more<T: AsyncRead + Unpin>(
     }
 }
 
-/// hyper serves the connection from here on, starting with the bytes already read.
-async fn hand_off<T, S, H>(read: BytesMut, io: T, lean: Lean<S>, hyper_service: H) -> Result<(), hyper::Error>
+/// hyper serves the connection from here on, starting with the bytes already read. Boxed:
+/// the lean connection stays small while it holds a stream; hyper's state is allocated only
+/// for a connection that uses it.
+fn hand_off<T, S, H>(
+    read: BytesMut,
+    io: T,
+    lean: Lean<S>,
+    hyper_service: H,
+) -> Pin<Box<impl Future<Output = Result<(), hyper::Error>>>>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: Service,
     H: HyperService,
 {
     let io = TokioIo::new(Rewind::new(read.freeze(), io));
-    // Boxed: the lean task stays small while it holds a stream; hyper's state is allocated
-    // only for a connection that uses it.
-    Box::pin(lean.watcher.watch(lean.http1.serve_connection(io, hyper_service))).await
+    let conn = lean.http1.serve_connection(io, hyper_service);
+    Box::pin(lean.watcher.watch(conn))
 }
 
 /// hyper's HTTP/1 settings for a head bound of `max_header_bytes`: `max_header_size`, and the

@@ -10,13 +10,15 @@ use std::cell::RefCell;
 use std::io::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
 use crate::deadline::lazy_timeout as timeout;
+use futures_util::FutureExt;
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http_body_util::{BodyExt, Either};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::body::{RelayedBody, StreamBody};
 use crate::respond::{Resp, give_back};
 use crate::spare::{self, Spares};
 
@@ -53,69 +55,119 @@ fn give_back_head(mut head: Vec<u8>) {
     }
 }
 
+/// What is left to write of a response once its head is made.
+pub(super) enum Plan {
+    /// A whole body, in its pieces.
+    Whole { head: Vec<u8>, pieces: [Bytes; 3] },
+    /// A stream (a listen's, or a relayed body).
+    Stream { head: Vec<u8>, stream: Either<StreamBody, RelayedBody> },
+}
+
 /// Writes `resp` to `io`; `close` when the request asked for the connection to close.
-/// Bytes read meanwhile go to `rest`.
-pub(super) async fn response<T>(io: &mut T, resp: Resp, close: bool, slow: Duration, rest: &mut BytesMut) -> Ended
+/// Bytes read meanwhile go to `rest`. ([`plan`], then [`send`].)
+pub(super) fn response<'a, T>(
+    io: &'a mut T,
+    resp: Resp,
+    close: bool,
+    slow: Duration,
+    rest: &'a mut BytesMut,
+) -> impl Future<Output = Ended> + 'a
 where
     T: AsyncRead + AsyncWrite + Unpin,
 {
+    let (plan, done) = plan(resp, close);
+    send(io, plan, done, slow, rest)
+}
+
+/// Takes `resp` apart into its head, made now, and what is left to write; and how the
+/// exchange ends if all is written (`close`: the request asked for the connection to close).
+/// The writer ([`send`]) then holds only that: an open stream (a listener) keeps its chunks'
+/// source and its head's buffer, not the response it came from.
+pub(super) fn plan(resp: Resp, close: bool) -> (Plan, Ended) {
     let (parts, body) = resp.into_parts();
     let close = close || parts.headers.get(CONNECTION).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
     let done = if close { Ended::Close } else { Ended::KeepAlive };
-    match body {
+    let plan = match body {
         Either::Left(whole) => {
-            let [a, b, c] = whole.into_pieces();
-            let head = head(&parts, Some(a.len() + b.len() + c.len()), close);
-            give_back(parts.headers);
-            // The head as a slice: `Bytes::from` a `Vec` with spare capacity would allocate again.
-            let mut out = Buf::chain(head.as_slice(), a).chain(b).chain(c);
-            let written = matches!(timeout(slow, io.write_all_buf(&mut out)).await, Ok(Ok(())));
-            give_back_head(head);
-            if written { done } else { Ended::Gone }
+            let pieces = whole.into_pieces();
+            let head = head(&parts, Some(pieces.iter().map(Bytes::len).sum()), close);
+            Plan::Whole { head, pieces }
         }
-        Either::Right(mut stream) => {
-            // The response's header map is not kept for the stream's life.
-            let head = head(&parts, None, close);
-            give_back(parts.headers);
-            let written = write(io, &head, slow).await;
-            give_back_head(head);
-            if !written {
-                return Ended::Gone;
+        // The response's header map is not kept for the stream's life.
+        Either::Right(stream) => Plan::Stream { head: head(&parts, None, close), stream },
+    };
+    give_back(parts.headers);
+    (plan, done)
+}
+
+/// Writes `plan` to `io`, reading what comes meanwhile into `rest`; `done` if all is written.
+///
+/// Not an `async fn`, which would keep the plan twice (as its argument and as its binding of
+/// it) for a stream's life; and nothing is done before the future is made, so that the
+/// caller's `.await` builds it where it is polled instead of copying it there.
+#[inline]
+#[expect(clippy::manual_async_fn, reason = "an async fn holds its arguments twice")]
+pub(super) fn send<'a, T>(
+    io: &'a mut T,
+    mut plan: Plan,
+    done: Ended,
+    slow: Duration,
+    rest: &'a mut BytesMut,
+) -> impl Future<Output = Ended> + 'a
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    async move {
+        // Matched in place: taken apart by value, the plan would be held twice.
+        match &mut plan {
+            Plan::Whole { head, pieces: [a, b, c] } => {
+                // The head as a slice: `Bytes::from` a `Vec` with spare capacity would allocate again.
+                let mut out = Buf::chain(head.as_slice(), a).chain(b).chain(c);
+                let written = matches!(timeout(slow, io.write_all_buf(&mut out)).await, Ok(Ok(())));
+                give_back_head(std::mem::take(head));
+                if written { done } else { Ended::Gone }
             }
-            loop {
-                tokio::select! {
-                    frame = stream.frame() => match frame {
-                        Some(Ok(frame)) => {
-                            let Ok(data) = frame.into_data() else { continue };
-                            if data.is_empty() {
-                                continue;
-                            }
-                            let mut out = Vec::with_capacity(data.len() + 12);
-                            let _ = write!(out, "{:X}\r\n", data.len());
-                            out.extend_from_slice(&data);
-                            out.extend_from_slice(b"\r\n");
-                            if !write(io, &out, slow).await {
-                                return Ended::Gone;
-                            }
-                        }
-                        // A relayed body failed upstream: abort, as hyper does.
-                        Some(Err(_)) => return Ended::Gone,
-                        None => break,
-                    },
-                    r = io.read_buf(rest), if rest.len() < MAX_PIPELINED => match r {
-                        Ok(0) | Err(_) => return Ended::Gone,
-                        Ok(_) => {}
-                    },
+            Plan::Stream { head, stream } => {
+                let written = write(io, head, slow).await;
+                give_back_head(std::mem::take(head));
+                if !written {
+                    return Ended::Gone;
                 }
+                loop {
+                    tokio::select! {
+                        frame = stream.frame() => match frame {
+                            Some(Ok(frame)) => {
+                                let Ok(data) = frame.into_data() else { continue };
+                                if data.is_empty() {
+                                    continue;
+                                }
+                                let mut out = Vec::with_capacity(data.len() + 12);
+                                let _ = write!(out, "{:X}\r\n", data.len());
+                                out.extend_from_slice(&data);
+                                out.extend_from_slice(b"\r\n");
+                                if !write(io, &out, slow).await {
+                                    return Ended::Gone;
+                                }
+                            }
+                            // A relayed body failed upstream: abort, as hyper does.
+                            Some(Err(_)) => return Ended::Gone,
+                            None => break,
+                        },
+                        r = io.read_buf(rest), if rest.len() < MAX_PIPELINED => match r {
+                            Ok(0) | Err(_) => return Ended::Gone,
+                            Ok(_) => {}
+                        },
+                    }
+                }
+                if write(io, b"0\r\n\r\n", slow).await { done } else { Ended::Gone }
             }
-            if write(io, b"0\r\n\r\n", slow).await { done } else { Ended::Gone }
         }
     }
 }
 
 /// Writes `bytes` whole within `slow`; false when the client went away or did not read.
-async fn write<T: AsyncWrite + Unpin>(io: &mut T, bytes: &[u8], slow: Duration) -> bool {
-    matches!(timeout(slow, io.write_all(bytes)).await, Ok(Ok(())))
+fn write<'a, T: AsyncWrite + Unpin>(io: &'a mut T, bytes: &'a [u8], slow: Duration) -> impl Future<Output = bool> + 'a {
+    timeout(slow, io.write_all(bytes)).map(|r| matches!(r, Ok(Ok(()))))
 }
 
 /// The response head, with the framing headers hyper would add, in a spare buffer.
