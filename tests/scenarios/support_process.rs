@@ -1,5 +1,5 @@
-//! Shared scenario plumbing, continued: `resmux serve` in a process of its own, and responses
-//! read off raw connections.
+//! Shared scenario plumbing, continued: `resmux serve` in a process of its own, an rmcp server
+//! as a peer upstream, and responses read off raw connections.
 
 use serde_json::Value;
 
@@ -83,4 +83,39 @@ impl Raw {
     pub fn content_length(&self) -> Option<usize> {
         self.header("content-length").map(|v| v.parse().unwrap())
     }
+}
+
+/// Serves an rmcp server handler over Streamable HTTP (JSON answers) on 127.0.0.1:0 until
+/// `cancel`; returns its address.
+pub async fn serve_rmcp<H>(handler: H, cancel: tokio_util::sync::CancellationToken) -> std::net::SocketAddr
+where
+    H: rmcp::ServerHandler + Clone + Send + Sync + 'static,
+{
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+    let config =
+        StreamableHttpServerConfig::default().with_json_response(true).with_cancellation_token(cancel.child_token());
+    let service: StreamableHttpService<H, LocalSessionManager> =
+        StreamableHttpService::new(move || Ok(handler.clone()), Default::default(), config);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = listener.accept() => r.unwrap(),
+            };
+            let service = service.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| {
+                    let service = service.clone();
+                    async move { Ok::<_, std::convert::Infallible>(service.handle(req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    addr
 }
