@@ -161,33 +161,41 @@ where
             let waiting = shutdown.get_or_insert_with(|| Shutdown::new(&lean.cancel));
             // Boxed: reading and answering a request takes a moment; only the response's write
             // (a listen's stream) is held for long, so only its state stays allocated.
-            let next = Box::pin(next_request(&mut io, &lean, buf, &mut ranges, waiting)).await;
-            let (resp, close, in_flight) = match next {
-                Next::HandOff(read) => {
-                    // hyper's own graceful shutdown takes over.
-                    drop(shutdown);
-                    return hand_off(read, io, lean, hyper_service).await;
+            // What is written next, planned in a block of its own: a binding's room in this
+            // future lasts to the end of its scope, and the response (216 bytes) and the
+            // outcome it came in must not stay in a stream's future for hours.
+            let (plan, done, in_flight) = {
+                let next = Box::pin(next_request(&mut io, &lean, buf, &mut ranges, waiting)).await;
+                let (resp, close, in_flight) = match next {
+                    Next::HandOff(read) => {
+                        // hyper's own graceful shutdown takes over.
+                        drop(shutdown);
+                        return hand_off(read, io, lean, hyper_service).await;
+                    }
+                    Next::Done => return Ok(()),
+                    // Out of its box here, so the box is freed now rather than when the
+                    // response is written.
+                    Next::Serve { resp, close, rest, in_flight } => {
+                        buf = rest;
+                        (*resp, close, in_flight)
+                    }
+                };
+                let stream = matches!(resp.body(), Either::Right(_));
+                if stream || buf.capacity() > KEEP_BUFFER {
+                    // A stream may be open for hours: it keeps only what was pipelined behind it.
+                    buf = BytesMut::from(&buf[..]);
+                    ranges = Ranges::new();
                 }
-                Next::Done => return Ok(()),
-                Next::Serve { resp, close, rest, in_flight } => {
-                    buf = rest;
-                    (resp, close, in_flight)
+                if stream {
+                    // Nor its wait on the shutdown (about 50 bytes per listener, measured): a listen
+                    // stream ends at shutdown by its own hand, and the look after it takes the lock.
+                    shutdown = None;
                 }
+                // At shutdown the answer says the connection closes, as hyper's graceful shutdown does.
+                let close = close || stopping(&shutdown);
+                let (plan, done) = write::plan(resp, close);
+                (plan, done, in_flight)
             };
-            let stream = matches!(resp.body(), Either::Right(_));
-            if stream || buf.capacity() > KEEP_BUFFER {
-                // A stream may be open for hours: it keeps only what was pipelined behind it.
-                buf = BytesMut::from(&buf[..]);
-                ranges = Ranges::new();
-            }
-            if stream {
-                // Nor its wait on the shutdown (about 50 bytes per listener, measured): a listen
-                // stream ends at shutdown by its own hand, and the look after it takes the lock.
-                shutdown = None;
-            }
-            // At shutdown the answer says the connection closes, as hyper's graceful shutdown does.
-            let close = close || stopping(&shutdown);
-            let (plan, done) = write::plan(*resp, close);
             let ended = write::send(&mut io, plan, done, lean.service.slow_write(), &mut buf).await;
             drop(in_flight);
             if ended != Ended::KeepAlive || stopping(&shutdown) {
