@@ -156,7 +156,9 @@ pub struct Listener {
 }
 
 impl Listener {
-    pub fn new(id: u64, principal: Principal, subscription: RequestId, topics: Vec<(usize, Topic)>) -> Self {
+    pub fn new(id: u64, principal: Principal, subscription: RequestId, mut topics: Vec<(usize, Topic)>) -> Self {
+        // Held for the listen's life, usually with one topic in room for four.
+        topics.shrink_to_fit();
         Self {
             id,
             principal,
