@@ -137,7 +137,7 @@ impl Shutdown {
 ///
 /// Not an `async fn`, which would hold its arguments twice for the connection's life (as
 /// arguments, and as the bindings its body moves them into): the block below uses them
-/// where they are. The same holds for [`write::response`].
+/// where they are. The same holds for [`write::send`].
 #[expect(clippy::manual_async_fn, reason = "an async fn holds its arguments twice")]
 pub(crate) fn serve<T, S, H>(
     mut io: T,
@@ -271,7 +271,8 @@ async fn next_request<T: AsyncRead + AsyncWrite + Unpin, S: Service>(
         Ok(false) => return Next::Done,
         Err(_) => {
             let resp = lean.service.body_timed_out();
-            Box::pin(write::response(io, resp, true, lean.service.slow_write(), &mut BytesMut::new())).await;
+            let (plan, done) = write::plan(resp, true);
+            Box::pin(write::send(io, plan, done, lean.service.slow_write(), &mut BytesMut::new())).await;
             return Next::Done;
         }
     }

@@ -173,13 +173,9 @@ fn an_idle_lean_connection_holds_little() {
     let mut io = Scripted { reads: VecDeque::new(), written: Arc::new(Mutex::new(Vec::new())) };
     let mut rest = bytes::BytesMut::new();
     let (_tx, rx) = tokio::sync::mpsc::channel(1);
-    let stream = super::write::response(
-        &mut io,
-        crate::respond::with_type(http::StatusCode::OK, crate::body::channel(rx)),
-        false,
-        VERDICT,
-        &mut rest,
-    );
+    let (plan, done) =
+        super::write::plan(crate::respond::with_type(http::StatusCode::OK, crate::body::channel(rx)), false);
+    let stream = super::write::send(&mut io, plan, done, VERDICT, &mut rest);
     let writer = std::mem::size_of_val(&stream);
     drop(stream);
     let connection = std::mem::size_of_val(&super::serve(io, lean, hyper_service));

@@ -63,23 +63,8 @@ pub(super) enum Plan {
     Stream { head: Vec<u8>, stream: Either<StreamBody, RelayedBody> },
 }
 
-/// Writes `resp` to `io`; `close` when the request asked for the connection to close.
-/// Bytes read meanwhile go to `rest`. ([`plan`], then [`send`].)
-pub(super) fn response<'a, T>(
-    io: &'a mut T,
-    resp: Resp,
-    close: bool,
-    slow: Duration,
-    rest: &'a mut BytesMut,
-) -> impl Future<Output = Ended> + 'a
-where
-    T: AsyncRead + AsyncWrite + Unpin,
-{
-    let (plan, done) = plan(resp, close);
-    send(io, plan, done, slow, rest)
-}
-
-/// Takes `resp` apart into its head, made now, and what is left to write; and how the
+/// The first half of writing a response (then [`send`]): takes `resp` apart into its head,
+/// made now, and what is left to write; and how the
 /// exchange ends if all is written (`close`: the request asked for the connection to close).
 /// The writer ([`send`]) then holds only that: an open stream (a listener) keeps its chunks'
 /// source and its head's buffer, not the response it came from.
@@ -240,7 +225,8 @@ mod tests {
 
     async fn written(resp: Resp, close: bool) -> (Ended, String) {
         let (mut a, mut b) = tokio::io::duplex(1 << 16);
-        let ended = response(&mut a, resp, close, Duration::from_secs(5), &mut BytesMut::new()).await;
+        let (plan, done) = plan(resp, close);
+        let ended = send(&mut a, plan, done, Duration::from_secs(5), &mut BytesMut::new()).await;
         drop(a);
         let mut out = String::new();
         b.read_to_string(&mut out).await.unwrap();
@@ -304,7 +290,8 @@ mod tests {
         let (_tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
         drop(b);
         let resp = Response::new(channel(rx));
-        let ended = response(&mut a, resp, false, Duration::from_secs(5), &mut BytesMut::new()).await;
+        let (plan, done) = plan(resp, false);
+        let ended = send(&mut a, plan, done, Duration::from_secs(5), &mut BytesMut::new()).await;
         assert_eq!(ended, Ended::Gone);
     }
 }
