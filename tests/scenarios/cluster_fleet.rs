@@ -242,19 +242,26 @@ pub(crate) async fn a_killed_replicas_listens_move_within_the_lease(at: Shared<'
     let ids: Vec<String> = ps.iter().map(|p| cluster_state(p)["replica"].as_str().unwrap().to_owned()).collect();
     let names: Vec<String> = (0..FAILOVER_UPSTREAMS).map(|u| format!("u{u}")).collect();
     let mut victim = None;
+    // The ids of process replicas started before: one that held nothing stays live until its
+    // lease on liveness expires, and must not be taken for the one just started.
+    let mut tried: Vec<String> = Vec::new();
     for _ in 0..4 {
         let process = process_replica(&ups, at).await;
-        // Settled: both survivors see exactly the three live replicas (a victim started
-        // before has expired), agree on every holder, each holder is the one the hash prefers
-        // among the three, and each upstream listens once.
-        let holders = eventually("every upstream has the preferred holder, agreed by all", || {
+        // Settled: both survivors see exactly the three live replicas (the one just started,
+        // not a victim started before), agree on every holder, each holder is the one the hash
+        // prefers among the three, and each upstream listens once.
+        let (holders, third) = eventually("every upstream has the preferred holder, agreed by all", || {
             let states: Vec<Value> = ps.iter().map(cluster_state).collect();
             let open: Vec<u64> = ups.iter().map(|u| u.sample.listens_open()).collect();
-            let (names, ids) = (names.clone(), ids.clone());
+            let (names, ids, tried) = (names.clone(), ids.clone(), tried.clone());
             async move {
                 let live: Vec<String> = serde_json::from_value(states[0]["live_replicas"].clone()).ok()?;
                 let agreed_live = states.iter().all(|s| s["live_replicas"] == states[0]["live_replicas"]);
                 if live.len() != 3 || !agreed_live || !ids.iter().all(|id| live.contains(id)) {
+                    return None;
+                }
+                let third = live.iter().find(|id| !ids.contains(id))?.clone();
+                if tried.contains(&third) {
                     return None;
                 }
                 let holders: Vec<String> = names
@@ -264,15 +271,16 @@ pub(crate) async fn a_killed_replicas_listens_move_within_the_lease(at: Shared<'
                 let agreed = names.iter().zip(&holders).all(|(n, h)| states[1]["listen_holders"][n] == h.as_str());
                 let preferred = (names.iter().zip(&holders))
                     .all(|(n, h)| resmux::cluster::preferred_listen_holder(n, &live) == Some(h.as_str()));
-                (agreed && preferred && open.iter().all(|n| *n == 1)).then_some(holders)
+                (agreed && preferred && open.iter().all(|n| *n == 1)).then_some((holders, third))
             }
         })
         .await;
-        let held: Vec<usize> = (0..FAILOVER_UPSTREAMS).filter(|&u| !ids.contains(&holders[u])).collect();
+        let held: Vec<usize> = (0..FAILOVER_UPSTREAMS).filter(|&u| holders[u] == third).collect();
         if !held.is_empty() {
             victim = Some((process, holders, held));
             break;
         }
+        tried.push(third);
     }
     let (mut process, holders, held) = victim.expect("the process replica holds some upstream within 4 starts");
     // A listener on each survivor, for every upstream the victim holds.
