@@ -23,13 +23,11 @@
 //!   timer counts streams in flight, and any frame read while idle counts as a head begun.
 //! - `max_connections_per_ip`: counted at accept; see [`refuse`].
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -42,11 +40,11 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::coalesce::Coalesced;
-use crate::conn_timer::{ConnTimer, Expired, Timed, Tracked};
+use crate::conn_timer::{ConnTimer, Expired, Timed};
 use crate::lean::{self, Lean, LeanShared, Takes, http1_builder};
 use crate::per_ip::{IpSlot, PerIp};
 use crate::quiet::Quiet;
-use crate::service::{ConnEvent, Service};
+use crate::service::{self, ConnEvent, Service};
 
 /// How long a refused connection is drained after its 429, so that closing it does not reset
 /// the 429 away; and how many refused connections may be draining at once (beyond that they
@@ -156,21 +154,9 @@ pub async fn serve<S: Service>(
         let _ = stream.set_nodelay(true);
         let span = tracing::info_span!(parent: &listener_span, "conn", peer = %peer);
         let timer = ConnTimer::new(limits.header_timeout, limits.idle_timeout);
-        let hyper_service = service_fn({
-            let (timer, service) = (timer.clone(), service.clone());
-            move |req| {
-                let in_flight = timer.begin();
-                let service = service.clone();
-                // Boxed: hyper keeps an HTTP/2 stream's task the size of this future for the
-                // stream's whole life, and a listen stream lives for hours after its request
-                // was answered; boxed, the request's state is freed once it is.
-                Box::pin(async move {
-                    Ok::<_, Infallible>(service.serve(req, Some(peer.ip())).await.map(|b| Tracked::new(b, in_flight)))
-                })
-            }
-        });
         let held = Held { permit, slot, peer, timer: timer.clone(), service: service.clone(), force: force.clone() };
         if let Some(acceptor) = &tls {
+            let hyper_service = service::for_hyper(service.clone(), timer.clone(), peer.ip());
             let (acceptor, watcher, cancel) = (acceptor.clone(), graceful.watcher(), cancel.clone());
             let (http1, auto, http2) = (http1.clone(), auto.clone(), limits.http2);
             tasks.spawn(
@@ -202,11 +188,13 @@ pub async fn serve<S: Service>(
         {
             let lean = Lean { shared: shared.clone(), peer, timer: timer.clone(), watcher: graceful.watcher() };
             // Pinned in a box of its own: moved into `run_connection`'s select, it is not
-            // stored twice in the connection's task.
-            let conn = Box::pin(lean::serve(Timed::new(stream, timer), lean, hyper_service));
+            // stored twice in the connection's task. (hyper's service for it is made only if
+            // the connection is handed to hyper.)
+            let conn = Box::pin(lean::serve(Timed::new(stream, timer), lean));
             tasks.spawn(run_connection(conn, held).instrument(span));
             continue;
         }
+        let hyper_service = service::for_hyper(service.clone(), timer.clone(), peer.ip());
         if limits.http2 {
             let io = TokioIo::new(Coalesced::new(Timed::new(stream, timer)));
             tasks.spawn(

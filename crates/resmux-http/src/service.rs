@@ -6,7 +6,9 @@
 //! The acceptor and the lean path are generic over it, so they are compiled for the one
 //! service the binary serves: the hot path makes no dynamic call through this trait.
 
+use std::convert::Infallible;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,7 +16,9 @@ use http::Method;
 use http_body_util::Full;
 use hyper::Request;
 use hyper::body::Incoming;
+use hyper::service::service_fn;
 
+use crate::conn_timer::{ConnTimer, Tracked};
 use crate::headers::{Headers, KnownNames};
 use crate::respond::Resp;
 
@@ -107,4 +111,31 @@ pub trait Service: Clone + Send + Sync + 'static {
 
     /// Counts something the connection layer did.
     fn observe(&self, event: ConnEvent);
+}
+
+/// `service` as hyper calls it on one connection from `peer`: each request is in flight on
+/// the connection's `timer` until its response body is done.
+pub(crate) fn for_hyper<S: Service>(
+    service: S,
+    timer: Arc<ConnTimer>,
+    peer: IpAddr,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = http::Response<Tracked<crate::body::Body>>,
+    Error = Infallible,
+    Future: Send + 'static,
+> + Clone
++ Send
++ Sync
++ 'static {
+    service_fn(move |req| {
+        let in_flight = timer.begin();
+        let service = service.clone();
+        // Boxed: hyper keeps an HTTP/2 stream's task the size of this future for the
+        // stream's whole life, and a listen stream lives for hours after its request was
+        // answered; boxed, the request's state is freed once it is.
+        Box::pin(async move {
+            Ok::<_, Infallible>(service.serve(req, Some(peer)).await.map(|b| Tracked::new(b, in_flight)))
+        })
+    })
 }

@@ -8,6 +8,8 @@
 
 use std::cell::RefCell;
 use std::io::Write as _;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -16,7 +18,7 @@ use crate::deadline::lazy_timeout as timeout;
 use futures_util::FutureExt;
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http_body_util::{BodyExt, Either};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use crate::body::{RelayedBody, StreamBody};
 use crate::respond::{Resp, give_back};
@@ -57,17 +59,27 @@ fn give_back_head(mut head: Vec<u8>) {
 
 /// What is left to write of a response once its head is made.
 pub(super) enum Plan {
-    /// A whole body, in its pieces.
-    Whole { head: Vec<u8>, pieces: [Bytes; 3] },
-    /// A stream (a listen's, or a relayed body).
-    Stream { head: Vec<u8>, stream: Either<StreamBody, RelayedBody> },
+    Whole(Whole),
+    Stream(Streaming),
 }
 
-/// The first half of writing a response (then [`send`]): takes `resp` apart into its head,
-/// made now, and what is left to write; and how the
-/// exchange ends if all is written (`close`: the request asked for the connection to close).
-/// The writer ([`send`]) then holds only that: an open stream (a listener) keeps its chunks'
-/// source and its head's buffer, not the response it came from.
+/// A whole body, in its pieces, after its head.
+pub(super) struct Whole {
+    head: Vec<u8>,
+    pieces: [Bytes; 3],
+}
+
+/// A stream (a listen's, or a relayed body), after its head.
+pub(super) struct Streaming {
+    head: Vec<u8>,
+    stream: Either<StreamBody, RelayedBody>,
+}
+
+/// The first half of writing a response (then [`send_whole`] or [`send_stream`]): takes
+/// `resp` apart into its head, made now, and what is left to write; and how the exchange
+/// ends if all is written (`close`: the request asked for the connection to close). The
+/// writer then holds only that: an open stream (a listener) keeps its chunks' source and its
+/// head's buffer, not the response it came from.
 pub(super) fn plan(resp: Resp, close: bool) -> (Plan, Ended) {
     let (parts, body) = resp.into_parts();
     let close = close || parts.headers.get(CONNECTION).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
@@ -76,78 +88,123 @@ pub(super) fn plan(resp: Resp, close: bool) -> (Plan, Ended) {
         Either::Left(whole) => {
             let pieces = whole.into_pieces();
             let head = head(&parts, Some(pieces.iter().map(Bytes::len).sum()), close);
-            Plan::Whole { head, pieces }
+            Plan::Whole(Whole { head, pieces })
         }
         // The response's header map is not kept for the stream's life.
-        Either::Right(stream) => Plan::Stream { head: head(&parts, None, close), stream },
+        Either::Right(stream) => Plan::Stream(Streaming { head: head(&parts, None, close), stream }),
     };
     give_back(parts.headers);
     (plan, done)
 }
 
-/// Writes `plan` to `io`, reading what comes meanwhile into `rest`; `done` if all is written.
+/// Writes `plan` to `io` (see [`send_stream`] for `rest`): for answers written rarely, where
+/// a future with room for either kind does not matter.
+pub(super) async fn send<T: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut T,
+    plan: Plan,
+    done: Ended,
+    slow: Duration,
+    rest: &mut BytesMut,
+) -> Ended {
+    match plan {
+        Plan::Whole(whole) => send_whole(io, whole, done, slow).await,
+        Plan::Stream(stream) => send_stream(io, stream, done, slow, rest).await,
+    }
+}
+
+/// Writes a whole answer in one vectored write of its pieces; `done` if all is written.
 ///
 /// Not an `async fn`, which would keep the plan twice (as its argument and as its binding of
-/// it) for a stream's life; and nothing is done before the future is made, so that the
-/// caller's `.await` builds it where it is polled instead of copying it there.
+/// it); and nothing is done before the future is made, so that the caller's `.await` builds
+/// it where it is polled instead of copying it there. The same holds for [`send_stream`].
 #[inline]
 #[expect(clippy::manual_async_fn, reason = "an async fn holds its arguments twice")]
-pub(super) fn send<'a, T>(
+pub(super) fn send_whole<'a, T: AsyncWrite + Unpin>(
     io: &'a mut T,
-    mut plan: Plan,
+    mut whole: Whole,
+    done: Ended,
+    slow: Duration,
+) -> impl Future<Output = Ended> + 'a {
+    async move {
+        let Whole { head, pieces: [a, b, c] } = &mut whole;
+        // The head as a slice: `Bytes::from` a `Vec` with spare capacity would allocate again.
+        let mut out = Buf::chain(head.as_slice(), a).chain(b).chain(c);
+        let written = matches!(timeout(slow, io.write_all_buf(&mut out)).await, Ok(Ok(())));
+        give_back_head(std::mem::take(head));
+        if written { done } else { Ended::Gone }
+    }
+}
+
+/// Writes a stream's head, then its chunks as they come, reading what the client sends
+/// meanwhile into `rest`; `done` if all is written. An open listen stream is this future for
+/// hours, so it holds the stream's parts only.
+#[inline]
+#[expect(clippy::manual_async_fn, reason = "an async fn holds its arguments twice")]
+pub(super) fn send_stream<'a, T: AsyncRead + AsyncWrite + Unpin>(
+    io: &'a mut T,
+    mut streaming: Streaming,
     done: Ended,
     slow: Duration,
     rest: &'a mut BytesMut,
-) -> impl Future<Output = Ended> + 'a
-where
-    T: AsyncRead + AsyncWrite + Unpin,
-{
+) -> impl Future<Output = Ended> + 'a {
     async move {
-        // Matched in place: taken apart by value, the plan would be held twice.
-        match &mut plan {
-            Plan::Whole { head, pieces: [a, b, c] } => {
-                // The head as a slice: `Bytes::from` a `Vec` with spare capacity would allocate again.
-                let mut out = Buf::chain(head.as_slice(), a).chain(b).chain(c);
-                let written = matches!(timeout(slow, io.write_all_buf(&mut out)).await, Ok(Ok(())));
-                give_back_head(std::mem::take(head));
-                if written { done } else { Ended::Gone }
-            }
-            Plan::Stream { head, stream } => {
-                let written = write(io, head, slow).await;
-                give_back_head(std::mem::take(head));
-                if !written {
-                    return Ended::Gone;
-                }
-                loop {
-                    tokio::select! {
-                        frame = stream.frame() => match frame {
-                            Some(Ok(frame)) => {
-                                let Ok(data) = frame.into_data() else { continue };
-                                if data.is_empty() {
-                                    continue;
-                                }
-                                let mut out = Vec::with_capacity(data.len() + 12);
-                                let _ = write!(out, "{:X}\r\n", data.len());
-                                out.extend_from_slice(&data);
-                                out.extend_from_slice(b"\r\n");
-                                if !write(io, &out, slow).await {
-                                    return Ended::Gone;
-                                }
-                            }
-                            // A relayed body failed upstream: abort, as hyper does.
-                            Some(Err(_)) => return Ended::Gone,
-                            None => break,
-                        },
-                        r = io.read_buf(rest), if rest.len() < MAX_PIPELINED => match r {
-                            Ok(0) | Err(_) => return Ended::Gone,
-                            Ok(_) => {}
-                        },
-                    }
-                }
-                if write(io, b"0\r\n\r\n", slow).await { done } else { Ended::Gone }
+        let Streaming { head, stream } = &mut streaming;
+        let written = write(io, head, slow).await;
+        give_back_head(std::mem::take(head));
+        if !written {
+            return Ended::Gone;
+        }
+        loop {
+            // The chunk is made before it is written: the frame it came in is not kept in this
+            // future while the write waits (nor room for it while the stream is idle).
+            let out = tokio::select! {
+                frame = stream.frame() => match frame {
+                    Some(Ok(frame)) => match frame.into_data() {
+                        Ok(data) if !data.is_empty() => chunk(&data),
+                        _ => continue,
+                    },
+                    // A relayed body failed upstream: abort, as hyper does.
+                    Some(Err(_)) => return Ended::Gone,
+                    None => break,
+                },
+                r = read_pipelined(io, rest), if rest.len() < MAX_PIPELINED => match r {
+                    Ok(0) | Err(_) => return Ended::Gone,
+                    Ok(_) => continue,
+                },
+            };
+            if !write(io, &out, slow).await {
+                return Ended::Gone;
             }
         }
+        if write(io, b"0\r\n\r\n", slow).await { done } else { Ended::Gone }
     }
+}
+
+/// `data` as one chunk of a chunked body.
+fn chunk(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len() + 12);
+    let _ = write!(out, "{:X}\r\n", data.len());
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// Reads what the client sends while a stream is open into `rest` (up to [`MAX_PIPELINED`]),
+/// through a buffer on the stack: an open stream's `rest` stays unallocated until something
+/// comes, where tokio's `read_buf` reserves room in it before each read (64 bytes held by
+/// every idle listener, measured with DHAT).
+fn read_pipelined<'a, T: AsyncRead + Unpin>(
+    io: &'a mut T,
+    rest: &'a mut BytesMut,
+) -> impl Future<Output = std::io::Result<usize>> + 'a {
+    std::future::poll_fn(move |cx| {
+        let mut room = [0u8; 512];
+        let want = MAX_PIPELINED.saturating_sub(rest.len()).min(room.len());
+        let mut read = ReadBuf::new(&mut room[..want]);
+        std::task::ready!(Pin::new(&mut *io).poll_read(cx, &mut read))?;
+        rest.extend_from_slice(read.filled());
+        Poll::Ready(Ok(read.filled().len()))
+    })
 }
 
 /// Writes `bytes` whole within `slow`; false when the client went away or did not read.
@@ -222,6 +279,7 @@ mod tests {
     use crate::body::{channel, full};
     use bytes::Bytes;
     use http::{Response, StatusCode};
+    use tokio::io::AsyncReadExt;
 
     async fn written(resp: Resp, close: bool) -> (Ended, String) {
         let (mut a, mut b) = tokio::io::duplex(1 << 16);
