@@ -23,14 +23,14 @@
 //!   timer counts streams in flight, and any frame read while idle counts as a head begun.
 //! - `max_connections_per_ip`: counted at accept; see [`refuse`].
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
+use slab::Slab;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -43,7 +43,6 @@ use crate::coalesce::Coalesced;
 use crate::conn_timer::{ConnTimer, Expired, Timed};
 use crate::lean::{self, Lean, LeanShared, Takes, http1_builder};
 use crate::per_ip::{IpSlot, PerIp};
-use crate::quiet::Quiet;
 use crate::service::{self, ConnEvent, Service};
 
 /// How long a refused connection is drained after its 429, so that closing it does not reset
@@ -93,8 +92,8 @@ pub async fn serve<S: Service>(
     // Connection tasks (and refused connections' lingering) belong to this tracker, which
     // this task waits for before it ends: the listener's task stands for its whole tree.
     let tasks = TaskTracker::new();
-    // Fired when the drain runs out: connections still open are dropped (closed) then.
-    let force = CancellationToken::new();
+    // The connections open, each told when the drain runs out: it is dropped (closed) then.
+    let open = Arc::new(Open::default());
     let local = listener.local_addr().ok();
     // One span for the listener, one per connection under it, one per request under that (in
     // the service): the shape of linkerd2-proxy's server stack.
@@ -154,7 +153,8 @@ pub async fn serve<S: Service>(
         let _ = stream.set_nodelay(true);
         let span = tracing::info_span!(parent: &listener_span, "conn", peer = %peer);
         let timer = ConnTimer::new(limits.header_timeout, limits.idle_timeout);
-        let held = Held { permit, slot, peer, timer: timer.clone(), service: service.clone(), force: force.clone() };
+        let held =
+            Held { permit, slot, timer: timer.clone(), service: service.clone(), _open: Open::add(&open, &timer) };
         if let Some(acceptor) = &tls {
             let hyper_service = service::for_hyper(service.clone(), timer.clone(), peer.ip());
             let (acceptor, watcher, cancel) = (acceptor.clone(), graceful.watcher(), cancel.clone());
@@ -215,7 +215,7 @@ pub async fn serve<S: Service>(
     }
     // Connections still open after the drain are dropped; what remains is lingering
     // refusals, bounded by `REFUSE_LINGER`.
-    force.cancel();
+    open.drain_ended();
     tasks.close();
     if tokio::time::timeout(HANDSHAKE, tasks.wait()).await.is_err() {
         tracing::warn!(open = tasks.len(), "downstream connection tasks outlived the drain");
@@ -226,12 +226,47 @@ pub async fn serve<S: Service>(
 struct Held<S> {
     permit: OwnedSemaphorePermit,
     slot: IpSlot,
-    peer: SocketAddr,
     timer: Arc<ConnTimer>,
     /// Counts how the connection ended.
     service: S,
-    /// Fires when the drain is over: the connection is dropped.
-    force: CancellationToken,
+    /// Its place among the listener's open connections.
+    _open: Opened,
+}
+
+/// A listener's open connections, each by its timer, told when the drain runs out. A
+/// connection's own wait for that (a cancellation token's) was 120 bytes of every idle
+/// listener's connection; here it is a slot in a slab, and the timer's wake-up.
+#[derive(Default)]
+struct Open(Mutex<Slab<Weak<ConnTimer>>>);
+
+/// A connection's slot in [`Open`], freed when the connection ends.
+struct Opened {
+    open: Arc<Open>,
+    key: usize,
+}
+
+impl Open {
+    fn timers(&self) -> MutexGuard<'_, Slab<Weak<ConnTimer>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn add(open: &Arc<Self>, timer: &Arc<ConnTimer>) -> Opened {
+        Opened { open: open.clone(), key: open.timers().insert(Arc::downgrade(timer)) }
+    }
+
+    fn drain_ended(&self) {
+        for (_, timer) in self.timers().iter() {
+            if let Some(timer) = timer.upgrade() {
+                timer.drain_ended();
+            }
+        }
+    }
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        self.open.timers().remove(self.key);
+    }
 }
 
 /// Runs one connection to its end (or until its timer expires, which drops it and so closes
@@ -239,22 +274,15 @@ struct Held<S> {
 ///
 /// Not an `async fn`: one keeps its arguments and its own bindings of them side by side for
 /// the connection's life (an idle listener's connection is mostly its futures). Taken apart
-/// here, each part is held once.
+/// here, each part is held once. (The connection's span, around this, names its peer.)
 fn run_connection<C, E, S>(conn: C, held: Held<S>) -> impl Future<Output = ()>
 where
     C: Future<Output = Result<(), E>>,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
     S: Service,
 {
-    let Held { permit, slot, peer, timer, service, force } = held;
+    let Held { permit, slot, timer, service, _open } = held;
     async move {
-        // The deadlines are polled only when they fire, not at every wake-up of the socket.
-        let deadlines = Quiet::new(async {
-            tokio::select! {
-                why = timer.expired() => Some(why),
-                _ = force.cancelled() => None,
-            }
-        });
         tokio::select! {
             biased;
             r = conn => if let Err(e) = r {
@@ -263,20 +291,18 @@ where
                     Some(h) if h.is_parse_too_large() => service.observe(ConnEvent::HeaderTooLarge),
                     _ => {}
                 }
-                tracing::debug!(%peer, error = %e, "downstream connection ended with error");
+                tracing::debug!(error = %e, "downstream connection ended with error");
             },
-            stop = deadlines => match stop {
-                Some(why) => {
-                    match why {
-                        Expired::Header => service.observe(ConnEvent::HeaderTimeout),
-                        Expired::Idle => service.observe(ConnEvent::IdleClosed),
-                    }
-                    tracing::debug!(%peer, ?why, "downstream connection timed out");
+            why = timer.expired() => {
+                match why {
+                    Expired::Header => service.observe(ConnEvent::HeaderTimeout),
+                    Expired::Idle => service.observe(ConnEvent::IdleClosed),
+                    Expired::Drained => {}
                 }
-                None => tracing::debug!(%peer, "downstream connection closed at the end of the drain"),
+                tracing::debug!(?why, "downstream connection timed out or drained");
             },
         }
-        drop((permit, slot));
+        drop((permit, slot, _open));
     }
 }
 

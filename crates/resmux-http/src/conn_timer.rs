@@ -18,22 +18,24 @@
 //! deadline, or with no deadline
 //! at all while a request is in flight, every next head or the end of every request would have
 //! to wake it. A busy keep-alive connection's waiter so wakes about once per `header_timeout`,
-//! finds the deadline moved and sleeps again, instead of being woken (and polled: see
-//! [`crate::quiet`]) twice by every request. The price is that wake-up on quiet connections
-//! too: an idle one wakes `idle_timeout / header_timeout` times before it is closed (6 with
-//! the defaults), a listen stream, in flight for its whole life, once per `header_timeout`.
+//! finds the deadline moved and sleeps again, instead of being woken (and polled) twice by
+//! every request. The price is that wake-up on quiet connections too: an idle one wakes
+//! `idle_timeout / header_timeout` times before it is closed (6 with the defaults). A stream
+//! that may be open for hours ([`InFlight::held_long`], an HTTP/1.1 listen) has no deadline
+//! and no recheck: its waiter keeps no timer until it ends, so an idle listener's connection
+//! holds none.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
+use futures_util::task::AtomicWaker;
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, ReadBuf};
-use tokio::sync::Notify;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 /// Which deadline passed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +44,8 @@ pub enum Expired {
     Header,
     /// Nothing in flight and nothing begun for `idle_timeout`.
     Idle,
+    /// The listener's drain ran out with the connection still open.
+    Drained,
 }
 
 /// The activity of one connection.
@@ -56,10 +60,18 @@ pub struct ConnTimer {
     /// Milliseconds after `origin` since which nothing has been in flight.
     idle_at: AtomicU64,
     /// Milliseconds after `origin` of the time [`ConnTimer::expired`] sleeps towards (a deadline,
-    /// or a recheck while a request is in flight); [`NO_TARGET`] before it first looked.
+    /// or a recheck while a request is in flight); [`NO_TARGET`] before it first looked, or
+    /// while it keeps no timer.
     target: AtomicU64,
-    /// Wakes [`ConnTimer::expired`] to recompute its deadline.
-    changed: Notify,
+    /// Set (with the waiter's task woken) for the waiter to look again: by a hook, by its
+    /// timer, or at the end of the drain.
+    changed: AtomicBool,
+    /// The request in flight is a stream that may be open for hours ([`InFlight::held_long`]).
+    long: AtomicBool,
+    /// The listener's drain ran out: the connection is to be dropped.
+    drained: AtomicBool,
+    /// The waiter's task.
+    task: AtomicWaker,
 }
 
 /// The shortest recheck, in milliseconds: a `header_timeout` under a second (or under a
@@ -80,8 +92,23 @@ impl ConnTimer {
             head_at: AtomicU64::new(0),
             idle_at: AtomicU64::new(0),
             target: AtomicU64::new(NO_TARGET),
-            changed: Notify::new(),
+            changed: AtomicBool::new(true),
+            long: AtomicBool::new(false),
+            drained: AtomicBool::new(false),
+            task: AtomicWaker::new(),
         })
+    }
+
+    /// Has the waiter look again.
+    fn look_again(&self) {
+        self.changed.store(true, SeqCst);
+        self.task.wake();
+    }
+
+    /// The listener's drain ran out: [`ConnTimer::expired`] resolves with [`Expired::Drained`].
+    pub fn drain_ended(&self) {
+        self.drained.store(true, SeqCst);
+        self.look_again();
     }
 
     fn now_ms(&self) -> u64 {
@@ -95,7 +122,7 @@ impl ConnTimer {
             self.head_at.store(now + 1, SeqCst);
             // The waiter wakes before this head's deadline anyway unless it sleeps past it.
             if now + (self.header_timeout.as_millis() as u64) < self.target.load(SeqCst) {
-                self.changed.notify_one();
+                self.look_again();
             }
         }
     }
@@ -128,41 +155,100 @@ impl ConnTimer {
     /// When the waiter is to wake, in milliseconds after `origin`, at `now`: the deadline, but
     /// no later than a recheck `header_timeout` (at least [`MIN_RECHECK_MS`]) from now; a
     /// request in flight has no deadline. A next head's deadline then never falls before it.
-    fn wake_ms(&self, now: u64) -> u64 {
+    /// `None` (no timer) while a stream held long is in flight: its end wakes the waiter.
+    fn wake_ms(&self, now: u64) -> Option<u64> {
+        let deadline = self.deadline_ms();
+        if deadline.is_none() && self.long.load(SeqCst) {
+            return None;
+        }
         let recheck = now + (self.header_timeout.as_millis() as u64).max(MIN_RECHECK_MS);
-        self.deadline_ms().map_or(recheck, |(ms, _)| ms.min(recheck))
+        Some(deadline.map_or(recheck, |(ms, _)| ms.min(recheck)))
     }
 
     /// Publishes the time the waiter is about to sleep towards and returns it. The state is
     /// read again after publishing: a hook that read the previous `target` (and so did not
     /// wake the waiter) changed the state before that second read, which then sees it.
-    fn publish(&self) -> Instant {
+    fn publish(&self) -> Option<Instant> {
         let now = self.now_ms();
         let mut due = self.wake_ms(now);
         loop {
-            self.target.store(due, SeqCst);
+            self.target.store(due.unwrap_or(NO_TARGET), SeqCst);
             let again = self.wake_ms(now);
             if again == due {
-                return self.origin + Duration::from_millis(due);
+                return due.map(|ms| self.origin + Duration::from_millis(ms));
             }
             due = again;
         }
     }
 
-    /// Resolves once a deadline has passed.
-    pub async fn expired(&self) -> Expired {
+    /// Resolves once a deadline has passed, or the drain has run out.
+    pub fn expired(self: &Arc<Self>) -> Expiry<'_> {
+        Expiry { timer: self, sleep: None, looked: false }
+    }
+}
+
+/// Wakes the waiter's task for a look (the waiter's timer calls it).
+impl Wake for ConnTimer {
+    fn wake(self: Arc<Self>) {
+        self.look_again();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.look_again();
+    }
+}
+
+/// See [`ConnTimer::expired`]. It is polled with the connection, at every wake-up of its
+/// socket, and looks at the timer only when the timer asked it to (`changed`); its own timer
+/// is made only when there is a time to wake at, and dropped while a stream held long is in
+/// flight, so that an idle listener's connection keeps no timer at all.
+pub struct Expiry<'a> {
+    timer: &'a Arc<ConnTimer>,
+    sleep: Option<Pin<Box<Sleep>>>,
+    /// Whether it has looked at all (a new waiter looks at once).
+    looked: bool,
+}
+
+impl Future for Expiry<'_> {
+    type Output = Expired;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Expired> {
+        let this = &mut *self;
+        let timer = this.timer;
+        if !timer.changed.swap(false, SeqCst) && this.looked {
+            return Poll::Pending;
+        }
+        this.looked = true;
+        // Registered before the state is read: a change after that read wakes this task.
+        timer.task.register(cx.waker());
+        if timer.drained.load(SeqCst) {
+            return Poll::Ready(Expired::Drained);
+        }
+        // The timer wakes through `changed` too.
+        let waker = Waker::from(timer.clone());
+        let mut look = Context::from_waker(&waker);
         loop {
-            let changed = self.changed.notified();
-            let at = self.publish();
-            tokio::select! {
-                _ = changed => {}
-                _ = tokio::time::sleep_until(at) => {
-                    if let Some((at, why)) = self.deadline()
-                        && at <= Instant::now()
-                    {
-                        return why;
+            let Some(at) = timer.publish() else {
+                this.sleep = None;
+                return Poll::Pending;
+            };
+            let sleep = match &mut this.sleep {
+                Some(sleep) => {
+                    if sleep.deadline() != at {
+                        sleep.as_mut().reset(at);
                     }
+                    sleep
                 }
+                None => this.sleep.insert(Box::pin(tokio::time::sleep_until(at))),
+            };
+            if sleep.as_mut().poll(&mut look).is_pending() {
+                return Poll::Pending;
+            }
+            // The time came: a deadline passed, or it moved (and the next `at` is later).
+            if let Some((at, why)) = timer.deadline()
+                && at <= Instant::now()
+            {
+                return Poll::Ready(why);
             }
         }
     }
@@ -171,14 +257,26 @@ impl ConnTimer {
 /// One request in flight; dropping it ends the request.
 pub struct InFlight(Arc<ConnTimer>);
 
+impl InFlight {
+    /// The request's answer is a stream that may be open for hours (an HTTP/1.1 listen): until
+    /// it ends the waiter keeps no timer (not even its rechecks), and its end wakes it. Only
+    /// for a connection with this one request in flight.
+    pub fn held_long(&self) {
+        self.0.long.store(true, SeqCst);
+        self.0.look_again();
+    }
+}
+
 impl Drop for InFlight {
     fn drop(&mut self) {
         let w = &self.0;
         if w.in_flight.fetch_sub(1, SeqCst) == 1 {
             let now = w.now_ms();
             w.idle_at.store(now, SeqCst);
+            w.long.store(false, SeqCst);
+            // `target` is `NO_TARGET` while the waiter keeps no timer: a stream's end wakes it.
             if now + (w.idle_timeout.as_millis() as u64) < w.target.load(SeqCst) {
-                w.changed.notify_one();
+                w.look_again();
             }
         }
     }
@@ -345,5 +443,53 @@ mod tests {
         let polls = polls.load(SeqCst);
         assert!(waited.is_err(), "the waiter returned {waited:?} after {polls} polls");
         assert!(polls <= 12, "the waiter was polled {polls} times in 10 s");
+    }
+
+    /// Counts its wake-ups.
+    struct Wakes(AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+
+    /// A stream held long (an HTTP/1.1 listen) keeps no timer and is not woken for rechecks
+    /// while it is open; its end wakes the waiter, which then counts the idle time from it.
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_held_long_keeps_no_timer_and_its_end_starts_the_idle_time() {
+        let w = ConnTimer::new(HEAD, IDLE);
+        let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut expiry = Box::pin(w.expired());
+        assert!(expiry.as_mut().poll(&mut cx).is_pending());
+        assert!(expiry.sleep.is_some(), "an idle connection's waiter keeps a timer");
+        let stream = w.begin();
+        stream.held_long();
+        assert_eq!(wakes.0.load(SeqCst), 1, "held long: the waiter looks again");
+        assert!(expiry.as_mut().poll(&mut cx).is_pending());
+        assert!(expiry.sleep.is_none(), "the waiter still holds a timer while a stream is held long");
+        // Ten header timeouts: no recheck.
+        tokio::time::advance(HEAD * 10).await;
+        assert_eq!(wakes.0.load(SeqCst), 1, "the waiter was woken while a stream was held long");
+        let end = Instant::now();
+        drop(stream);
+        assert_eq!(wakes.0.load(SeqCst), 2, "the stream's end did not wake the waiter");
+        assert_eq!(expiry.await, Expired::Idle);
+        about(end.elapsed(), IDLE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_end_of_the_drain_ends_the_wait() {
+        let w = ConnTimer::new(HEAD, IDLE);
+        let _stream = w.begin();
+        let waiter = tokio::spawn({
+            let w = w.clone();
+            async move { w.expired().await }
+        });
+        tokio::time::advance(Duration::from_secs(1)).await;
+        w.drain_ended();
+        assert_eq!(waiter.await.unwrap(), Expired::Drained);
     }
 }

@@ -167,6 +167,8 @@ where
                         buf = BytesMut::from(&rest[..]);
                         ranges = Ranges::new();
                         shutdown = None;
+                        // Nor a timer: it has no deadline until it ends.
+                        in_flight.held_long();
                         (streaming, done, in_flight)
                     }
                 };
