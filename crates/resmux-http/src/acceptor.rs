@@ -23,7 +23,9 @@
 //!   timer counts streams in flight, and any frame read while idle counts as a head begun.
 //! - `max_connections_per_ip`: counted at accept; see [`refuse`].
 
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -40,7 +42,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::coalesce::Coalesced;
-use crate::conn_timer::{ConnTimer, Expired, Timed};
+use crate::conn_timer::{ConnTimer, Expired, Expiry, Timed};
 use crate::lean::{self, Lean, LeanShared, Takes, http1_builder};
 use crate::per_ip::{IpSlot, PerIp};
 use crate::service::{self, ConnEvent, Service};
@@ -187,10 +189,9 @@ pub async fn serve<S: Service>(
             && let Some(shared) = &lean_shared
         {
             let lean = Lean { shared: shared.clone(), peer, timer: timer.clone(), watcher: graceful.watcher() };
-            // Pinned in a box of its own: moved into `run_connection`'s select, it is not
-            // stored twice in the connection's task. (hyper's service for it is made only if
+            // In the task itself, no box of its own. (hyper's service for it is made only if
             // the connection is handed to hyper.)
-            let conn = Box::pin(lean::serve(Timed::new(stream, timer), lean));
+            let conn = lean::serve(Timed::new(stream, timer), lean);
             tasks.spawn(run_connection(conn, held).instrument(span));
             continue;
         }
@@ -269,40 +270,64 @@ impl Drop for Opened {
     }
 }
 
-/// Runs one connection to its end (or until its timer expires, which drops it and so closes
-/// the socket); its permit and per-IP slot are freed then.
-///
-/// Not an `async fn`: one keeps its arguments and its own bindings of them side by side for
-/// the connection's life (an idle listener's connection is mostly its futures). Taken apart
-/// here, each part is held once. (The connection's span, around this, names its peer.)
-fn run_connection<C, E, S>(conn: C, held: Held<S>) -> impl Future<Output = ()>
+pin_project_lite::pin_project! {
+    /// One connection run to its end (or until its timer expires, or the drain ends, which
+    /// drops it and so closes the socket); its permit and per-IP slot are freed then. The
+    /// task's own future: the connection's future is held here once, in place (an `async`
+    /// block would keep it as a capture and again where it polls it), and the wait on the
+    /// timer is the few bytes of [`Expiry`].
+    struct Connection<C, S> {
+        #[pin]
+        conn: C,
+        expiry: Expiry,
+        _permit: OwnedSemaphorePermit,
+        _slot: IpSlot,
+        // Counts how the connection ended.
+        service: S,
+        _open: Opened,
+    }
+}
+
+/// Runs `conn` with what it holds until it ends. (The connection's span, around it, names its
+/// peer.)
+fn run_connection<C, E, S>(conn: C, held: Held<S>) -> Connection<C, S>
 where
     C: Future<Output = Result<(), E>>,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
     S: Service,
 {
     let Held { permit, slot, timer, service, _open } = held;
-    async move {
-        tokio::select! {
-            biased;
-            r = conn => if let Err(e) = r {
+    Connection { conn, expiry: Expiry::new(timer), _permit: permit, _slot: slot, service, _open }
+}
+
+impl<C, E, S> Future for Connection<C, S>
+where
+    C: Future<Output = Result<(), E>>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S: Service,
+{
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.project();
+        if let Poll::Ready(r) = this.conn.poll(cx) {
+            if let Err(e) = r {
                 let e = e.into();
-                match e.downcast_ref::<hyper::Error>() {
-                    Some(h) if h.is_parse_too_large() => service.observe(ConnEvent::HeaderTooLarge),
-                    _ => {}
+                if e.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_parse_too_large) {
+                    this.service.observe(ConnEvent::HeaderTooLarge);
                 }
                 tracing::debug!(error = %e, "downstream connection ended with error");
-            },
-            why = timer.expired() => {
-                match why {
-                    Expired::Header => service.observe(ConnEvent::HeaderTimeout),
-                    Expired::Idle => service.observe(ConnEvent::IdleClosed),
-                    Expired::Drained => {}
-                }
-                tracing::debug!(?why, "downstream connection timed out or drained");
-            },
+            }
+            return Poll::Ready(());
         }
-        drop((permit, slot, _open));
+        let why = std::task::ready!(Pin::new(this.expiry).poll(cx));
+        match why {
+            Expired::Header => this.service.observe(ConnEvent::HeaderTimeout),
+            Expired::Idle => this.service.observe(ConnEvent::IdleClosed),
+            Expired::Drained => {}
+        }
+        tracing::debug!(?why, "downstream connection timed out or drained");
+        Poll::Ready(())
     }
 }
 

@@ -51,8 +51,10 @@ pub enum Expired {
 /// The activity of one connection.
 pub struct ConnTimer {
     origin: Instant,
-    header_timeout: Duration,
-    idle_timeout: Duration,
+    /// `header_timeout` and `idle_timeout` in milliseconds, as they are used (and 16 bytes
+    /// smaller than two `Duration`s, in every connection).
+    header_ms: u64,
+    idle_ms: u64,
     /// Requests whose response has not ended (HTTP/1: at most one).
     in_flight: AtomicUsize,
     /// Milliseconds after `origin`, plus one, of the first byte of the head being read; 0: none.
@@ -86,8 +88,8 @@ impl ConnTimer {
     pub fn new(header_timeout: Duration, idle_timeout: Duration) -> Arc<Self> {
         Arc::new(Self {
             origin: Instant::now(),
-            header_timeout,
-            idle_timeout,
+            header_ms: header_timeout.as_millis() as u64,
+            idle_ms: idle_timeout.as_millis() as u64,
             in_flight: AtomicUsize::new(0),
             head_at: AtomicU64::new(0),
             idle_at: AtomicU64::new(0),
@@ -121,7 +123,7 @@ impl ConnTimer {
             let now = self.now_ms();
             self.head_at.store(now + 1, SeqCst);
             // The waiter wakes before this head's deadline anyway unless it sleeps past it.
-            if now + (self.header_timeout.as_millis() as u64) < self.target.load(SeqCst) {
+            if now + (self.header_ms) < self.target.load(SeqCst) {
                 self.look_again();
             }
         }
@@ -142,8 +144,8 @@ impl ConnTimer {
             return None;
         }
         Some(match self.head_at.load(SeqCst) {
-            0 => (self.idle_at.load(SeqCst) + self.idle_timeout.as_millis() as u64, Expired::Idle),
-            at => (at - 1 + self.header_timeout.as_millis() as u64, Expired::Header),
+            0 => (self.idle_at.load(SeqCst) + self.idle_ms, Expired::Idle),
+            at => (at - 1 + self.header_ms, Expired::Header),
         })
     }
 
@@ -161,7 +163,7 @@ impl ConnTimer {
         if deadline.is_none() && self.long.load(SeqCst) {
             return None;
         }
-        let recheck = now + (self.header_timeout.as_millis() as u64).max(MIN_RECHECK_MS);
+        let recheck = now + (self.header_ms).max(MIN_RECHECK_MS);
         Some(deadline.map_or(recheck, |(ms, _)| ms.min(recheck)))
     }
 
@@ -182,8 +184,8 @@ impl ConnTimer {
     }
 
     /// Resolves once a deadline has passed, or the drain has run out.
-    pub fn expired(self: &Arc<Self>) -> Expiry<'_> {
-        Expiry { timer: self, sleep: None, looked: false }
+    pub fn expired(self: &Arc<Self>) -> Expiry {
+        Expiry::new(self.clone())
     }
 }
 
@@ -202,19 +204,26 @@ impl Wake for ConnTimer {
 /// socket, and looks at the timer only when the timer asked it to (`changed`); its own timer
 /// is made only when there is a time to wake at, and dropped while a stream held long is in
 /// flight, so that an idle listener's connection keeps no timer at all.
-pub struct Expiry<'a> {
-    timer: &'a Arc<ConnTimer>,
+pub struct Expiry {
+    timer: Arc<ConnTimer>,
     sleep: Option<Pin<Box<Sleep>>>,
     /// Whether it has looked at all (a new waiter looks at once).
     looked: bool,
 }
 
-impl Future for Expiry<'_> {
+impl Expiry {
+    /// Waits on `timer` (the connection's own future keeps it here, and no other copy).
+    pub fn new(timer: Arc<ConnTimer>) -> Self {
+        Self { timer, sleep: None, looked: false }
+    }
+}
+
+impl Future for Expiry {
     type Output = Expired;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Expired> {
         let this = &mut *self;
-        let timer = this.timer;
+        let timer = &this.timer;
         if !timer.changed.swap(false, SeqCst) && this.looked {
             return Poll::Pending;
         }
@@ -275,7 +284,7 @@ impl Drop for InFlight {
             w.idle_at.store(now, SeqCst);
             w.long.store(false, SeqCst);
             // `target` is `NO_TARGET` while the waiter keeps no timer: a stream's end wakes it.
-            if now + (w.idle_timeout.as_millis() as u64) < w.target.load(SeqCst) {
+            if now + (w.idle_ms) < w.target.load(SeqCst) {
                 w.look_again();
             }
         }
