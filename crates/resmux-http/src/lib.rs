@@ -10,7 +10,7 @@
 //! - `io`: the `write_through!` macro, for socket wrappers that only look at reads.
 //! - `spare`: per-thread spare buffers and header maps, so a cached answer allocates
 //!   nothing of its own. Knows nothing of requests.
-//! - [`quiet`]: a future polled only once woken, for deadlines raced against a socket.
+//! - [`quiet`]: a future polled only once woken, for a wait raced against a socket.
 //! - [`deadline`]: a timeout whose timer is made only when its future was pending once.
 //! - [`headers`]: one view over hyper's `HeaderMap` and the lean path's raw head, with the
 //!   same answers on both; generic over the service's vocabulary, it has none of its own.

@@ -1,9 +1,10 @@
-//! A future polled only when it has been woken. A connection's task races the connection
-//! against its deadlines (the [`crate::conn_timer::ConnTimer`], the end of the drain). `select!` polls
-//! every branch at every wake-up of the task, and a connection's task wakes twice or more per
-//! request, for its socket; polling a `Notify` takes its lock, and polling a `Sleep` looks at
-//! the timer. [`Quiet`] hands its future a waker of its own and polls it only after that waker
-//! fired: at a wake-up that was the socket's, looking at it costs one atomic swap.
+//! A future polled only when it has been woken. The lean path races reading a request against
+//! the listener's shutdown (a cancellation token's wait). `select!` polls every branch at every
+//! wake-up of the task, and a connection's task wakes twice or more per request, for its
+//! socket; polling the wait takes the token's lock. [`Quiet`] hands its future a waker of its
+//! own and polls it only after that waker fired: at a wake-up that was the socket's, looking
+//! at it costs one atomic swap. (The connection's timer does the same with a flag of its own,
+//! [`crate::conn_timer::Expiry`], which needs no box.)
 
 use std::future::Future;
 use std::pin::Pin;
