@@ -155,8 +155,13 @@ pub async fn serve<S: Service>(
         let _ = stream.set_nodelay(true);
         let span = tracing::info_span!(parent: &listener_span, "conn", peer = %peer);
         let timer = ConnTimer::new(limits.header_timeout, limits.idle_timeout);
-        let held =
-            Held { permit, slot, timer: timer.clone(), service: service.clone(), _open: Open::add(&open, &timer) };
+        let held = Held {
+            _permit: permit,
+            _slot: slot,
+            expiry: timer.expired(),
+            service: service.clone(),
+            _open: Open::add(&open, &timer),
+        };
         if let Some(acceptor) = &tls {
             let hyper_service = service::for_hyper(service.clone(), timer.clone(), peer.ip());
             let (acceptor, watcher, cancel) = (acceptor.clone(), graceful.watcher(), cancel.clone());
@@ -225,9 +230,10 @@ pub async fn serve<S: Service>(
 
 /// What a connection holds until it ends.
 struct Held<S> {
-    permit: OwnedSemaphorePermit,
-    slot: IpSlot,
-    timer: Arc<ConnTimer>,
+    _permit: OwnedSemaphorePermit,
+    _slot: IpSlot,
+    /// The wait on the connection's timer (the few bytes of [`Expiry`]).
+    expiry: Expiry,
     /// Counts how the connection ended.
     service: S,
     /// Its place among the listener's open connections.
@@ -272,32 +278,20 @@ impl Drop for Opened {
 
 pin_project_lite::pin_project! {
     /// One connection run to its end (or until its timer expires, or the drain ends, which
-    /// drops it and so closes the socket); its permit and per-IP slot are freed then. The
-    /// task's own future: the connection's future is held here once, in place (an `async`
-    /// block would keep it as a capture and again where it polls it), and the wait on the
-    /// timer is the few bytes of [`Expiry`].
+    /// drops it and so closes the socket), with what it holds (its permit and per-IP slot
+    /// are freed then). The task's own future: the connection's future is held here once, in
+    /// place (an `async` block would keep it as a capture and again where it polls it).
     struct Connection<C, S> {
         #[pin]
         conn: C,
-        expiry: Expiry,
-        _permit: OwnedSemaphorePermit,
-        _slot: IpSlot,
-        // Counts how the connection ended.
-        service: S,
-        _open: Opened,
+        held: Held<S>,
     }
 }
 
 /// Runs `conn` with what it holds until it ends. (The connection's span, around it, names its
 /// peer.)
-fn run_connection<C, E, S>(conn: C, held: Held<S>) -> Connection<C, S>
-where
-    C: Future<Output = Result<(), E>>,
-    E: Into<Box<dyn std::error::Error + Send + Sync>>,
-    S: Service,
-{
-    let Held { permit, slot, timer, service, _open } = held;
-    Connection { conn, expiry: Expiry::new(timer), _permit: permit, _slot: slot, service, _open }
+fn run_connection<C, S>(conn: C, held: Held<S>) -> Connection<C, S> {
+    Connection { conn, held }
 }
 
 impl<C, E, S> Future for Connection<C, S>
@@ -310,20 +304,21 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.project();
+        let held = this.held;
         if let Poll::Ready(r) = this.conn.poll(cx) {
             if let Err(e) = r {
                 let e = e.into();
                 if e.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_parse_too_large) {
-                    this.service.observe(ConnEvent::HeaderTooLarge);
+                    held.service.observe(ConnEvent::HeaderTooLarge);
                 }
                 tracing::debug!(error = %e, "downstream connection ended with error");
             }
             return Poll::Ready(());
         }
-        let why = std::task::ready!(Pin::new(this.expiry).poll(cx));
+        let why = std::task::ready!(Pin::new(&mut held.expiry).poll(cx));
         match why {
-            Expired::Header => this.service.observe(ConnEvent::HeaderTimeout),
-            Expired::Idle => this.service.observe(ConnEvent::IdleClosed),
+            Expired::Header => held.service.observe(ConnEvent::HeaderTimeout),
+            Expired::Idle => held.service.observe(ConnEvent::IdleClosed),
             Expired::Drained => {}
         }
         tracing::debug!(?why, "downstream connection timed out or drained");

@@ -185,7 +185,7 @@ impl ConnTimer {
 
     /// Resolves once a deadline has passed, or the drain has run out.
     pub fn expired(self: &Arc<Self>) -> Expiry {
-        Expiry::new(self.clone())
+        Expiry { timer: self.clone(), sleep: None, looked: false }
     }
 }
 
@@ -209,13 +209,6 @@ pub struct Expiry {
     sleep: Option<Pin<Box<Sleep>>>,
     /// Whether it has looked at all (a new waiter looks at once).
     looked: bool,
-}
-
-impl Expiry {
-    /// Waits on `timer` (the connection's own future keeps it here, and no other copy).
-    pub fn new(timer: Arc<ConnTimer>) -> Self {
-        Self { timer, sleep: None, looked: false }
-    }
 }
 
 impl Future for Expiry {
