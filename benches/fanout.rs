@@ -41,7 +41,7 @@ fn global_lock(reg: &Mutex<Registry>, change: &Notice) {
     let reg = reg.lock().unwrap();
     if let Some(ids) = reg.topics.get(&(0, topic())) {
         for id in ids.iter() {
-            if let Some(l) = reg.listeners.get(id) {
+            if let Some(l) = reg.listeners.get(&id) {
                 l.push(change);
             }
         }

@@ -263,6 +263,18 @@ impl Hub {
         subscription: RequestId,
         filter: &Filter,
     ) -> Result<Subscription, Error> {
+        self.subscribe_on(principal, subscription, filter, 0)
+    }
+
+    /// [`Hub::subscribe`] for a listen that arrived on connection `conn` (a key that tells
+    /// the connection apart; see [`Listener::conn`]).
+    pub fn subscribe_on(
+        &self,
+        principal: &Principal,
+        subscription: RequestId,
+        filter: &Filter,
+        conn: u64,
+    ) -> Result<Subscription, Error> {
         let cfg = &self.0.config;
         if filter.uris.len() > cfg.max_uris_per_listen {
             return Err(DownstreamError::InvalidParams(format!(
@@ -274,12 +286,12 @@ impl Hub {
         }
         let (topics, honoured, lineup) = self.honoured(filter, principal);
         let id = self.0.next_id.fetch_add(1, Ordering::Relaxed);
-        let listener = Arc::new(Listener::new(id, principal.clone(), subscription, topics));
+        let listener = Arc::new(Listener::new(id, principal.clone(), subscription, topics).on_conn(conn));
         let mut reg = self.0.registry.lock().expect("registry");
         if !Arc::ptr_eq(&lineup, &self.0.lineup.load()) {
             // A reload swapped the upstreams meanwhile (under this lock): route again.
             drop(reg);
-            return self.subscribe(principal, listener.subscription.clone(), filter);
+            return self.subscribe_on(principal, listener.subscription.clone(), filter, conn);
         }
         if reg.listeners.len() >= cfg.max_listeners {
             return Err(DownstreamError::LimitReached(format!(

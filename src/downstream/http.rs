@@ -178,7 +178,7 @@ impl Endpoint {
 
     /// Serves one HTTP request from `peer` (anonymous callers are rate-limited by its address),
     /// in its own `request` span (see [`crate::telemetry::request_span`]).
-    pub async fn serve_from<B>(&self, req: Request<B>, peer: Option<std::net::IpAddr>) -> Resp
+    pub async fn serve_from<B>(&self, req: Request<B>, peer: Option<std::net::SocketAddr>) -> Resp
     where
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -190,7 +190,7 @@ impl Endpoint {
     /// Serves one request whose head is `front` and whose body is `body`, from `peer`, in its
     /// own `request` span: [`Self::serve_from`] for a request hyper parsed, the lean path's
     /// own for one it read.
-    async fn serve_front<B>(&self, front: Front<'_>, body: B, peer: Option<std::net::IpAddr>) -> Resp
+    async fn serve_front<B>(&self, front: Front<'_>, body: B, peer: Option<std::net::SocketAddr>) -> Resp
     where
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -199,7 +199,7 @@ impl Endpoint {
         self.serve_in_span(front, body, peer, traced).instrument(span).await
     }
 
-    async fn serve_in_span<B>(&self, req: Front<'_>, body: B, peer: Option<std::net::IpAddr>, traced: bool) -> Resp
+    async fn serve_in_span<B>(&self, req: Front<'_>, body: B, peer: Option<std::net::SocketAddr>, traced: bool) -> Resp
     where
         B: hyper::body::Body<Data = Bytes>,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -241,7 +241,7 @@ impl Endpoint {
         crate::telemetry::record_principal(&principal);
         // The rate is per principal, so it is checked once the principal is known; a refused
         // credential costs no bucket (and the authenticator's own work bounds that path).
-        if let Err(wait) = self.0.rate.check(&principal, peer) {
+        if let Err(wait) = self.0.rate.check(&principal, peer.map(|p| p.ip())) {
             return self.throttled(wait);
         }
         // GET and DELETE belong to legacy sessions; without a session id they are the modern
@@ -315,10 +315,12 @@ impl Endpoint {
             return super::progress::serve_http(self.0.router.clone(), self.0.hub.tracker(), body.clone(), principal);
         }
         if checked.method == crate::mcp::method::LISTEN {
-            return super::listen::open(&self.0.hub, &checked.id, checked.params, &principal).unwrap_or_else(|e| {
-                self.count_limit(&e);
-                respond::error(Some(&checked.id), e)
-            });
+            return super::listen::open(&self.0.hub, &checked.id, checked.params, &principal, peer).unwrap_or_else(
+                |e| {
+                    self.count_limit(&e);
+                    respond::error(Some(&checked.id), e)
+                },
+            );
         }
         let call = Call::new(checked.method, checked.params, checked.meta, &principal);
         match self.0.router.handle(&call).await {

@@ -6,6 +6,7 @@
 
 mod stream;
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -25,20 +26,35 @@ use crate::mcp::notify::Filter;
 use crate::mcp::{self, method as m};
 pub use stream::ListenStream;
 
-/// Starts a listen stream for a validated request. Its messages are pulled by the connection
-/// as it writes them (see [`ListenStream`]); over HTTP a listen is cancelled by closing its
-/// stream, which drops them.
-pub fn open(hub: &Hub, id: &RequestId, params: &RawObject<'_>, principal: &Principal) -> Result<Response<Body>, Error> {
-    let subscription = subscribe(hub, id, params, principal)?;
+/// Starts a listen stream for a validated request from `peer`. Its messages are pulled by the
+/// connection as it writes them (see [`ListenStream`]); over HTTP a listen is cancelled by
+/// closing its stream, which drops them.
+pub fn open(
+    hub: &Hub,
+    id: &RequestId,
+    params: &RawObject<'_>,
+    principal: &Principal,
+    peer: Option<SocketAddr>,
+) -> Result<Response<Body>, Error> {
+    let subscription = subscribe(hub, id, params, principal, peer.map_or(0, conn_key))?;
     Ok(sse_response(body::pulled(Box::pin(ListenStream::sse(subscription)))))
 }
 
-/// Registers the listen that a validated `subscriptions/listen` request asks for.
+/// The key of the connection from `peer` (its address and port tell it apart), which
+/// groups its listens in the fan-out ([`crate::hub::Listener::conn`]).
+fn conn_key(peer: SocketAddr) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    BuildHasherDefault::<DefaultHasher>::default().hash_one(peer)
+}
+
+/// Registers the listen that a validated `subscriptions/listen` request asks for, arrived on
+/// connection `conn` (0 when there is none to tell apart).
 pub(super) fn subscribe(
     hub: &Hub,
     id: &RequestId,
     params: &RawObject<'_>,
     principal: &Principal,
+    conn: u64,
 ) -> Result<Subscription, Error> {
     let bad = |m: String| Error::from(DownstreamError::InvalidParams(m));
     let raw = params.get("notifications").ok_or_else(|| bad("missing `notifications` filter".into()))?;
@@ -48,7 +64,7 @@ pub(super) fn subscribe(
     for uri in &filter.uris {
         ns.check_uri(uri)?;
     }
-    hub.subscribe(principal, id.clone(), &filter)
+    hub.subscribe_on(principal, id.clone(), &filter, conn)
 }
 
 /// A streaming SSE response with `body`.

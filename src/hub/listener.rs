@@ -143,6 +143,10 @@ pub enum Ending {
 /// A registered downstream listen.
 pub struct Listener {
     pub id: u64,
+    /// The connection it arrived on, as a key (0 when none was told): the fan-out wakes the
+    /// listeners of one connection one after the other, so that an HTTP/2 connection writes
+    /// its streams' frames together (see [`super::registry`]).
+    pub conn: u64,
     pub principal: Principal,
     /// The listen request's id: every notification carries it as `subscriptionId`.
     pub subscription: RequestId,
@@ -161,6 +165,7 @@ impl Listener {
         topics.shrink_to_fit();
         Self {
             id,
+            conn: 0,
             principal,
             subscription,
             topics: Mutex::new(topics),
@@ -168,6 +173,16 @@ impl Listener {
             waker: AtomicWaker::new(),
             state: AtomicU8::new(0),
         }
+    }
+
+    /// The same listener, arrived on connection `conn`.
+    pub fn on_conn(self, conn: u64) -> Self {
+        Self { conn, ..self }
+    }
+
+    /// Where it sits in a topic's fan-out: by connection, then in the order it joined.
+    pub fn key(&self) -> (u64, u64) {
+        (self.conn, self.id)
     }
 
     /// The `(upstream slot, topic)` pairs it is subscribed to now.

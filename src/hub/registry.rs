@@ -6,8 +6,14 @@
 //! is pushed to the snapshot with the lock released. Delivering one change to N listeners so
 //! holds the lock for O(1) (O(N) once after the set changed), and joins, leaves and the other
 //! upstreams' changes never wait for N pushes (`benches/fanout.rs`).
+//!
+//! A topic's listeners are kept in the order of their connection ([`Listener::key`]), so the
+//! fan-out wakes the streams of one HTTP/2 connection one after another, and that
+//! connection's task finds their frames queued together when it writes: in a random order
+//! each `send` carried one or two frames, and the proxy spent most of its delivery time in
+//! them (`loadtests/results/listeners-issue32.md`, "Gathered writes").
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::listener::{Listener, Topic};
@@ -25,17 +31,21 @@ pub struct Registry {
     pub topics: HashMap<(usize, Topic), Watchers>,
 }
 
-/// The listeners of one topic: their ids, and the fan-out's snapshot of them.
+/// A listener's place in a topic: its connection key, then its id ([`Listener::key`]).
+pub type Key = (u64, u64);
+
+/// The listeners of one topic: their keys, in fan-out order, and the fan-out's snapshot of
+/// them.
 #[derive(Default)]
 pub struct Watchers {
-    ids: HashSet<u64>,
+    ids: BTreeSet<Key>,
     /// `None` once `ids` changed, until the next fan-out rebuilds it.
     snapshot: Option<Arc<[Arc<Listener>]>>,
 }
 
 impl Watchers {
     /// Adds a listener; true when it was not there.
-    pub fn insert(&mut self, id: u64) -> bool {
+    pub fn insert(&mut self, id: Key) -> bool {
         let added = self.ids.insert(id);
         if added {
             self.snapshot = None;
@@ -44,7 +54,7 @@ impl Watchers {
     }
 
     /// Removes a listener; true when it was there.
-    pub fn remove(&mut self, id: &u64) -> bool {
+    pub fn remove(&mut self, id: &Key) -> bool {
         let removed = self.ids.remove(id);
         if removed {
             self.snapshot = None;
@@ -60,14 +70,14 @@ impl Watchers {
         self.ids.len()
     }
 
-    /// The listener ids.
-    pub fn iter(&self) -> impl Iterator<Item = &u64> {
-        self.ids.iter()
+    /// The listener ids, in fan-out order.
+    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        self.ids.iter().map(|&(_, id)| id)
     }
 }
 
-impl Extend<u64> for Watchers {
-    fn extend<I: IntoIterator<Item = u64>>(&mut self, ids: I) {
+impl Extend<Key> for Watchers {
+    fn extend<I: IntoIterator<Item = Key>>(&mut self, ids: I) {
         let before = self.ids.len();
         self.ids.extend(ids);
         if self.ids.len() != before {
@@ -77,8 +87,8 @@ impl Extend<u64> for Watchers {
 }
 
 impl IntoIterator for Watchers {
-    type Item = u64;
-    type IntoIter = std::collections::hash_set::IntoIter<u64>;
+    type Item = Key;
+    type IntoIter = std::collections::btree_set::IntoIter<Key>;
 
     fn into_iter(self) -> Self::IntoIter {
         self.ids.into_iter()
@@ -91,8 +101,9 @@ impl Registry {
     pub fn watchers(&mut self, upstream: usize, topic: Topic) -> Option<Arc<[Arc<Listener>]>> {
         let Self { listeners, topics, .. } = self;
         let set = topics.get_mut(&(upstream, topic))?;
-        let snapshot =
-            set.snapshot.get_or_insert_with(|| set.ids.iter().filter_map(|id| listeners.get(id).cloned()).collect());
+        let snapshot = set
+            .snapshot
+            .get_or_insert_with(|| set.ids.iter().filter_map(|(_, id)| listeners.get(id).cloned()).collect());
         Some(snapshot.clone())
     }
 
@@ -110,7 +121,7 @@ impl Registry {
             if set.is_empty() {
                 added.push((up, topic));
             }
-            set.insert(listener.id);
+            set.insert(listener.key());
         }
         self.listeners.insert(listener.id, listener.clone());
         added
@@ -122,7 +133,7 @@ impl Registry {
         let mut removed = Vec::new();
         for key in listener.topics() {
             if let Some(set) = self.topics.get_mut(&key) {
-                set.remove(&id);
+                set.remove(&listener.key());
                 if set.is_empty() {
                     self.topics.remove(&key);
                     removed.push(key);
@@ -141,6 +152,26 @@ mod tests {
 
     fn listener(id: u64, uri: &str) -> Arc<Listener> {
         Arc::new(Listener::new(id, Principal::Anonymous, RequestId::number(id), vec![(0, Topic::Uri(uri.into()))]))
+    }
+
+    #[test]
+    fn the_fan_out_wakes_one_connections_listeners_together() {
+        let mut reg = Registry::default();
+        // Streams of three connections, joining interleaved (as their clients' listens come).
+        let conns = [30, 10, 20];
+        for id in 1..=9u64 {
+            let l = Listener::new(id, Principal::Anonymous, RequestId::number(id), vec![(0, Topic::Uri("x".into()))]);
+            reg.join(&Arc::new(l.on_conn(conns[id as usize % 3])));
+        }
+        let order: Vec<(u64, u64)> = reg.watchers(0, Topic::Uri("x".into())).unwrap().iter().map(|l| l.key()).collect();
+        assert_eq!(
+            order,
+            vec![(10, 1), (10, 4), (10, 7), (20, 2), (20, 5), (20, 8), (30, 3), (30, 6), (30, 9)],
+            "by connection, then in the order they joined"
+        );
+        reg.leave(4).unwrap();
+        let order: Vec<u64> = reg.watchers(0, Topic::Uri("x".into())).unwrap().iter().map(|l| l.id).collect();
+        assert_eq!(order, vec![1, 7, 2, 5, 8, 3, 6, 9], "a leave takes its own key out");
     }
 
     #[test]

@@ -218,7 +218,7 @@ impl Hub {
                         && policy::reaches_upstream(&upstream.config().allow, &listener.principal)
                     {
                         topics.push((slot, Topic::List(kind)));
-                        joined.push((listener.id, kind));
+                        joined.push((listener.key(), kind));
                         notices.push(Notice::List(kind));
                     }
                 }

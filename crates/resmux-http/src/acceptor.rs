@@ -163,7 +163,7 @@ pub async fn serve<S: Service>(
             _open: Open::add(&open, &timer),
         };
         if let Some(acceptor) = &tls {
-            let hyper_service = service::for_hyper(service.clone(), timer.clone(), peer.ip());
+            let hyper_service = service::for_hyper(service.clone(), timer.clone(), peer);
             let (acceptor, watcher, cancel) = (acceptor.clone(), graceful.watcher(), cancel.clone());
             let (http1, auto, http2) = (http1.clone(), auto.clone(), limits.http2);
             tasks.spawn(
@@ -200,7 +200,7 @@ pub async fn serve<S: Service>(
             tasks.spawn(run_connection(conn, held).instrument(span));
             continue;
         }
-        let hyper_service = service::for_hyper(service.clone(), timer.clone(), peer.ip());
+        let hyper_service = service::for_hyper(service.clone(), timer.clone(), peer);
         if limits.http2 {
             let io = TokioIo::new(Coalesced::new(Timed::new(stream, timer)));
             tasks.spawn(

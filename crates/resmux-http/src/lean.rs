@@ -277,7 +277,7 @@ async fn next_request<T: AsyncRead + AsyncWrite + Unpin, S: Service>(
         let front =
             Front { method: &Method::POST, path: lean.uri.path(), authority: None, headers: Headers::Raw(headers) };
         let body = Full::new(bytes.slice(head.head_len..));
-        lean.service.serve_front(front, body, Some(lean.peer.ip())).await
+        lean.service.serve_front(front, body, Some(lean.peer)).await
     };
     // At shutdown the answer says the connection closes, as hyper's graceful shutdown does.
     let close = head.close || shutdown.is_cancelled();
@@ -343,7 +343,7 @@ where
     S: Service,
 {
     let io = TokioIo::new(Rewind::new(read.freeze(), io));
-    let hyper_service = service::for_hyper(lean.service.clone(), lean.timer.clone(), lean.peer.ip());
+    let hyper_service = service::for_hyper(lean.service.clone(), lean.timer.clone(), lean.peer);
     let conn = lean.http1.serve_connection(io, hyper_service);
     Box::pin(lean.watcher.watch(conn))
 }

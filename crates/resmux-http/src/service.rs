@@ -7,7 +7,7 @@
 //! service the binary serves: the hot path makes no dynamic call through this trait.
 
 use std::convert::Infallible;
-use std::net::IpAddr;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -78,15 +78,16 @@ pub trait Service: Clone + Send + Sync + 'static {
     /// A name for its listener in traces.
     const LABEL: &'static str;
 
-    /// Serves a request hyper parsed, from `peer`.
-    fn serve(&self, req: Request<Incoming>, peer: Option<IpAddr>) -> impl Future<Output = Resp> + Send;
+    /// Serves a request hyper parsed, from `peer` (its port tells its connection apart from
+    /// the peer's others).
+    fn serve(&self, req: Request<Incoming>, peer: Option<SocketAddr>) -> impl Future<Output = Resp> + Send;
 
     /// Serves a request the lean path read: its head as `front`, its body whole.
     fn serve_front<'a>(
         &'a self,
         front: Front<'a, Self::Known>,
         body: Full<Bytes>,
-        peer: Option<IpAddr>,
+        peer: Option<SocketAddr>,
     ) -> impl Future<Output = Resp> + Send + 'a;
 
     /// The one path the lean path serves (any other request is hyper's).
@@ -118,7 +119,7 @@ pub trait Service: Clone + Send + Sync + 'static {
 pub(crate) fn for_hyper<S: Service>(
     service: S,
     timer: Arc<ConnTimer>,
-    peer: IpAddr,
+    peer: SocketAddr,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = http::Response<Tracked<crate::body::Body>>,

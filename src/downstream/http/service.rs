@@ -1,7 +1,7 @@
 //! The MCP endpoint as `resmux_http`'s [`Service`]: what the acceptor and the lean path ask
 //! of it (its path, bounds, refusals) and where they count what they refused.
 
-use std::net::IpAddr;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -27,7 +27,7 @@ impl Service for Endpoint {
 
     const LABEL: &'static str = "mcp";
 
-    fn serve(&self, req: Request<Incoming>, peer: Option<IpAddr>) -> impl Future<Output = Resp> + Send {
+    fn serve(&self, req: Request<Incoming>, peer: Option<SocketAddr>) -> impl Future<Output = Resp> + Send {
         self.serve_from(req, peer)
     }
 
@@ -35,7 +35,7 @@ impl Service for Endpoint {
         &'a self,
         front: Front<'a>,
         body: Full<Bytes>,
-        peer: Option<IpAddr>,
+        peer: Option<SocketAddr>,
     ) -> impl Future<Output = Resp> + Send + 'a {
         Endpoint::serve_front(self, front, body, peer)
     }

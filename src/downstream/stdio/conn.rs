@@ -215,7 +215,7 @@ impl Conn {
 
     /// A modern `subscriptions/listen`: registered now, written by its own task.
     async fn start_listen(self: &Arc<Self>, id: &RequestId, params: &RawObject<'_>) {
-        let sub = match listen::subscribe(&self.hub, id, params, &self.principal) {
+        let sub = match listen::subscribe(&self.hub, id, params, &self.principal, 0) {
             Ok(sub) => sub,
             Err(e) => return self.send(&encode_error(Some(id), &e.to_jsonrpc().1)).await,
         };

@@ -115,7 +115,7 @@ async fn exchange(server: Server, reads: Vec<Bytes>) -> (Vec<u8>, bool) {
     let run = async {
         match server {
             Server::Hyper => {
-                let hyper_service = crate::service::for_hyper(Toy, lean.timer.clone(), lean.peer.ip());
+                let hyper_service = crate::service::for_hyper(Toy, lean.timer.clone(), lean.peer);
                 let _ = http1_builder(MAX_HEAD).serve_connection(TokioIo::new(io), hyper_service).await;
             }
             Server::Lean => {

@@ -5,7 +5,7 @@
 //! closes the connection, `x-kind: empty` with a 204.
 
 use std::cell::Cell;
-use std::net::IpAddr;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -70,7 +70,7 @@ impl Service for Toy {
     const STREAM_MARKER: (V, &'static [u8]) = (V::Kind, b"stream");
     const LABEL: &'static str = "toy";
 
-    async fn serve(&self, req: Request<Incoming>, _: Option<IpAddr>) -> Resp {
+    async fn serve(&self, req: Request<Incoming>, _: Option<SocketAddr>) -> Resp {
         let (parts, body) = req.into_parts();
         answer(Front::of(&parts), whole(body, MAX_BODY).await.ok())
     }
@@ -79,7 +79,7 @@ impl Service for Toy {
         &'a self,
         front: Front<'a, V>,
         body: Full<Bytes>,
-        _: Option<IpAddr>,
+        _: Option<SocketAddr>,
     ) -> impl Future<Output = Resp> + Send + 'a {
         LEAN_SERVED.set(LEAN_SERVED.get() + 1);
         async move { answer(front, whole(body, MAX_BODY).await.ok()) }
