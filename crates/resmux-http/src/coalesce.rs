@@ -10,17 +10,12 @@
 //!
 //! [`Coalesced`] sits under hyper on connections that may speak HTTP/2. Once the first bytes
 //! read show the HTTP/2 preface, writes of at most [`SMALL`] bytes are copied into its buffer
-//! and answered at once; a `poll_flush` with bytes buffered yields instead (the task wakes
-//! itself and goes to the back of the run queue), so the other streams woken by the same
-//! change run and queue their frames first. It keeps yielding while the buffer grows between
-//! two flushes (streams on the other worker are still queueing), up to [`MAX_YIELDS`] times;
-//! the first flush that finds nothing new writes it all. One answer alone waits one yield.
-//! Yielding once was not enough with two workers: the connection's task ran on one while the
-//! streams queued their frames on the other, and wrote one or two frames per `send`
-//! (`loadtests/results/listeners-issue32.md`, "Gathered writes"). A flush with at least
-//! [`LIMIT`]`/2` bytes buffered, a write that would pass [`LIMIT`], and every larger write go
-//! out at once, so a bulk body is neither copied nor delayed. An HTTP/1 connection passes
-//! straight through: hyper already writes a response in one go.
+//! and answered at once; the first `poll_flush` with bytes buffered yields instead (the task
+//! wakes itself and goes to the back of the run queue), so the other streams woken by the
+//! same change run and queue their frames first; the next `poll_flush` writes them all. A
+//! flush with at least [`LIMIT`]`/2` bytes buffered, a write that would pass [`LIMIT`], and
+//! every larger write go out at once, so a bulk body is neither copied nor delayed. An
+//! HTTP/1 connection passes straight through: hyper already writes a response in one go.
 
 use std::io;
 use std::pin::Pin;
@@ -36,9 +31,6 @@ pub const SMALL: usize = 4 << 10;
 pub const LIMIT: usize = 64 << 10;
 /// Buffer capacity kept between bursts; a larger one is freed once written.
 const KEEP: usize = 4 << 10;
-/// Most flushes that yield before what is gathered is written, while it keeps growing: a
-/// bound on how long a burst of frames waits for the rest of its wave.
-pub const MAX_YIELDS: u8 = 32;
 
 /// A connection's socket, gathering the small writes of HTTP/2 between flushes.
 pub struct Coalesced<T> {
@@ -48,15 +40,13 @@ pub struct Coalesced<T> {
     buf: Vec<u8>,
     /// Bytes of `buf` already written.
     written: usize,
-    /// Flushes that yielded since `buf` last went out.
-    yields: u8,
-    /// `buf`'s length at the last of them.
-    at_yield: usize,
+    /// A flush has yielded once since `buf` last went out.
+    yielded: bool,
 }
 
 impl<T> Coalesced<T> {
     pub fn new(io: T) -> Self {
-        Self { io, h2: None, buf: Vec::new(), written: 0, yields: 0, at_yield: 0 }
+        Self { io, h2: None, buf: Vec::new(), written: 0, yielded: false }
     }
 
     fn gathering(&self) -> bool {
@@ -75,8 +65,7 @@ impl<T: AsyncWrite + Unpin> Coalesced<T> {
             self.written += n;
         }
         self.written = 0;
-        self.yields = 0;
-        self.at_yield = 0;
+        self.yielded = false;
         if self.buf.capacity() > KEEP {
             self.buf = Vec::new();
         } else {
@@ -144,22 +133,16 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesced<T> {
         Pin::new(&mut this.io).poll_write_vectored(cx, bufs)
     }
 
-    /// Not once gathering: h2 then copies a frame's payload of up to 1 KiB into its own
-    /// 16 KiB buffer instead of chaining it (it chains any over 256 bytes for a vectored
-    /// writer), and it must write out a chained payload before it encodes the next frame, so
-    /// each such flush met this one's yield with a frame or two to write.
     fn is_write_vectored(&self) -> bool {
-        !self.gathering() && self.io.is_write_vectored()
+        self.io.is_write_vectored()
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
         if this.written < this.buf.len() {
-            let growing = this.yields == 0 || this.buf.len() > this.at_yield;
-            if growing && this.yields < MAX_YIELDS && this.buf.len() < LIMIT / 2 {
+            if !this.yielded && this.buf.len() < LIMIT / 2 {
                 // Let the streams woken with this one queue their frames first.
-                this.yields += 1;
-                this.at_yield = this.buf.len();
+                this.yielded = true;
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
@@ -233,38 +216,6 @@ mod tests {
         assert_eq!(polls, 1);
     }
 
-    /// Flushes `c` once, with a write of `frame` between polls for the first `writes` polls
-    /// (streams queueing frames while the connection yields); how many polls that took.
-    async fn flushes_while_written(c: &mut Coalesced<tokio::io::DuplexStream>, frame: &[u8], writes: usize) -> usize {
-        let mut polls = 0;
-        poll_fn(|cx| {
-            if polls > 0 && polls <= writes {
-                let mut pinned = Pin::new(&mut *c);
-                assert!(matches!(pinned.as_mut().poll_write(cx, frame), Poll::Ready(Ok(n)) if n == frame.len()));
-            }
-            polls += 1;
-            Pin::new(&mut *c).poll_flush(cx)
-        })
-        .await
-        .unwrap();
-        polls
-    }
-
-    #[tokio::test]
-    async fn a_flush_waits_while_frames_keep_coming_up_to_its_bound() {
-        let (mut c, mut peer) = connection(PREFACE).await;
-        c.write_all(b"a").await.unwrap();
-        // Three more frames queued over three yields: the fifth poll finds nothing new.
-        let polls = flushes_while_written(&mut c, b"b", 3).await;
-        assert_eq!(polls, 5);
-        assert_eq!(readable(&mut peer), b"abbb", "written in one go, in order");
-        // Frames that never stop coming: written after the bound of yields.
-        c.write_all(b"c").await.unwrap();
-        let polls = flushes_while_written(&mut c, b"d", usize::MAX).await;
-        assert_eq!(polls, MAX_YIELDS as usize + 1);
-        assert_eq!(readable(&mut peer).len(), 1 + MAX_YIELDS as usize);
-    }
-
     #[tokio::test]
     async fn large_writes_and_full_buffers_go_out_at_once_in_order() {
         let (mut c, mut peer) = connection(PREFACE).await;
@@ -297,42 +248,6 @@ mod tests {
         let (mut c, mut peer) = connection(b"POST /mcp HTTP/1.1\r\n").await;
         c.write_all(b"HTTP/1.1 200 OK\r\n").await.unwrap();
         assert_eq!(readable(&mut peer), b"HTTP/1.1 200 OK\r\n");
-    }
-
-    /// A socket that writes vectored, as a TCP stream does.
-    struct Vectored(tokio::io::DuplexStream);
-
-    impl AsyncRead for Vectored {
-        fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-            Pin::new(&mut self.0).poll_read(cx, buf)
-        }
-    }
-
-    impl AsyncWrite for Vectored {
-        fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-            Pin::new(&mut self.0).poll_write(cx, data)
-        }
-        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Pin::new(&mut self.0).poll_flush(cx)
-        }
-        fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Pin::new(&mut self.0).poll_shutdown(cx)
-        }
-        fn is_write_vectored(&self) -> bool {
-            true
-        }
-    }
-
-    #[tokio::test]
-    async fn a_gathering_connection_asks_for_whole_writes() {
-        for (first, vectored) in [(PREFACE, false), (&b"GET / HTTP/1.1\r\n"[..], true)] {
-            let (ours, mut theirs) = duplex(1 << 10);
-            theirs.write_all(first).await.unwrap();
-            let mut c = Coalesced::new(Vectored(ours));
-            assert!(c.is_write_vectored(), "unknown until read: the socket's own");
-            c.read_exact(&mut vec![0; first.len()]).await.unwrap();
-            assert_eq!(c.is_write_vectored(), vectored, "h2 copies small payloads into its buffer");
-        }
     }
 
     #[tokio::test]
