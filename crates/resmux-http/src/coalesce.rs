@@ -4,9 +4,10 @@
 //! each stream that sends a frame wakes it. With many listen streams each sending one
 //! notification, it ran (and wrote) about once per frame: 100,000 listeners on 100
 //! connections made 0.65 `writev` calls per notification, a third of the proxy's CPU
-//! (loadtests/README.md, "round nine"). Most likely because tokio runs a task woken from
-//! another task next on the same worker (its LIFO slot), before the other woken streams;
-//! that is inferred from the counts, not traced.
+//! (loadtests/README.md, "round nine"). Gathering pays only if a connection's streams run
+//! together: the hub wakes a topic's listeners grouped by connection for this (in a random
+//! order, a connection gathered one or two frames per `send` whatever its yield;
+//! `loadtests/results/listeners-issue32.md`, "Gathered writes").
 //!
 //! [`Coalesced`] sits under hyper on connections that may speak HTTP/2. Once the first bytes
 //! read show the HTTP/2 preface, writes of at most [`SMALL`] bytes are copied into its buffer
