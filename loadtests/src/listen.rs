@@ -45,8 +45,19 @@ const SOURCES: u8 = 8;
 /// How long deliveries still in flight get after the last change.
 const DRAIN: Duration = Duration::from_secs(3);
 
-/// State shared by every listener of a side. Counters are atomics; the histogram and failure
-/// table sit behind mutexes held for one insert (no lock is held across an await).
+/// Shards of the figures recorded per notification: listener `i` records into shard
+/// `i % SHARDS`, so the listeners on the two worker threads seldom meet on one lock.
+const SHARDS: usize = 16;
+
+/// What a shard of the listeners recorded: latencies, and notifications per [`TICK`].
+#[derive(Default)]
+struct Recorded {
+    latency: Histogram,
+    timeline: Vec<u64>,
+}
+
+/// State shared by every listener of a side. Counters are atomics; the recorded figures and
+/// the failure table sit behind mutexes held for one insert (no lock is held across an await).
 struct Shared {
     /// Acknowledged listeners that stopped reading.
     slow: AtomicU64,
@@ -63,8 +74,7 @@ struct Shared {
     notifications: AtomicU64,
     unsolicited: AtomicU64,
     wrong_subscription: AtomicU64,
-    latency: Mutex<Histogram>,
-    timeline: Mutex<Vec<u64>>,
+    recorded: [Mutex<Recorded>; SHARDS],
     failures: Mutex<BTreeMap<String, Failure>>,
     /// One permit per listener that has been acknowledged or refused.
     settled: Semaphore,
@@ -161,8 +171,7 @@ pub async fn open(
         notifications: AtomicU64::new(0),
         unsolicited: AtomicU64::new(0),
         wrong_subscription: AtomicU64::new(0),
-        latency: Mutex::new(Histogram::new()),
-        timeline: Mutex::new(Vec::new()),
+        recorded: Default::default(),
         failures: Mutex::new(BTreeMap::new()),
         settled: Semaphore::new(0),
     });
@@ -259,6 +268,15 @@ impl Listeners {
             self.tasks.abort_all();
         }
         let s = &self.shared;
+        let (mut latency, mut timeline) = (Histogram::new(), Vec::new());
+        for shard in &s.recorded {
+            let shard = shard.lock().expect("recorded");
+            latency.merge(&shard.latency);
+            if shard.timeline.len() > timeline.len() {
+                timeline.resize(shard.timeline.len(), 0);
+            }
+            timeline.iter_mut().zip(&shard.timeline).for_each(|(t, n)| *t += n);
+        }
         ListenStats {
             listeners: self.count as u64,
             acked: s.acked.load(Ordering::Relaxed),
@@ -270,8 +288,8 @@ impl Listeners {
             notifications: s.notifications.load(Ordering::Relaxed),
             unsolicited: s.unsolicited.load(Ordering::Relaxed),
             wrong_subscription: s.wrong_subscription.load(Ordering::Relaxed),
-            latency: s.latency.lock().expect("latency").clone(),
-            timeline: s.timeline.lock().expect("timeline").clone(),
+            latency,
+            timeline,
             failures: s.failures.lock().expect("failures").clone(),
             upstream_listens,
             period,

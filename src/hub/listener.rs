@@ -15,6 +15,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use futures_util::task::AtomicWaker;
+use smallvec::SmallVec;
 
 use crate::auth::Principal;
 use crate::jsonrpc::RequestId;
@@ -31,11 +32,15 @@ pub enum Topic {
 /// Pending URIs up to which repeats are found by a scan; past it a set is kept beside them.
 const SCANNED: usize = 16;
 
+/// Pending URIs, the first in place.
+type Uris = SmallVec<[Arc<str>; 1]>;
+
 /// Changes waiting to be written to one listener, in downstream form.
 #[derive(Debug, Default)]
 pub struct Pending {
-    /// URIs in the order they first changed (so delivery order follows change order).
-    order: Vec<Arc<str>>,
+    /// URIs in the order they first changed (so delivery order follows change order). The
+    /// first is held in place: a change fanned out to N listeners allocates nothing for them.
+    order: Uris,
     /// The same URIs as a set, once there are more than [`SCANNED`] of them. Boxed: every
     /// listener holds this field, few ever fill it, and a set in place is six words.
     #[expect(clippy::box_collection, reason = "one word in every listener instead of six")]
@@ -92,7 +97,7 @@ impl Pending {
 #[derive(Debug)]
 pub struct Taken {
     lists: [bool; 3],
-    uris: Vec<Arc<str>>,
+    uris: Uris,
     /// When the oldest of them was queued.
     pub since: Option<Instant>,
 }
@@ -308,6 +313,16 @@ mod tests {
     }
 
     #[test]
+    fn one_pending_uri_is_held_in_place_in_a_vectors_room() {
+        assert_eq!(std::mem::size_of::<Uris>(), std::mem::size_of::<Vec<Arc<str>>>());
+        let mut p = Pending::default();
+        p.push(&Notice::Uri("a".into()), Instant::now());
+        assert!(!p.order.spilled(), "one URI needs no allocation");
+        p.push(&Notice::Uri("b".into()), Instant::now());
+        assert!(p.order.spilled(), "a second one does");
+    }
+
+    #[test]
     fn many_uris_coalesce_through_the_set_in_change_order() {
         let mut p = Pending::default();
         let uris: Vec<Arc<str>> = (0..3 * SCANNED).map(|i| format!("u{i}").into()).collect();
@@ -320,7 +335,7 @@ mod tests {
         assert!(p.seen.is_some(), "past the scanned length a set finds repeats");
         assert_eq!(p.len(), uris.len());
         assert_eq!(p.take(), uris.iter().cloned().map(Notice::Uri).collect::<Vec<_>>());
-        assert!(p.seen.is_none() && p.order.capacity() == 0, "an emptied queue holds no buffer");
+        assert!(p.seen.is_none() && !p.order.spilled(), "an emptied queue holds no buffer");
     }
 
     #[test]

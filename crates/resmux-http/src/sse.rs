@@ -137,7 +137,7 @@ impl SseDecoder {
     pub fn next_event(&mut self) -> Result<Option<SseEvent>, SseError> {
         let limit = self.limit;
         loop {
-            let Some(end) = self.buf[self.scanned..].iter().position(|b| *b == b'\n' || *b == b'\r') else {
+            let Some(end) = memchr::memchr2(b'\n', b'\r', &self.buf[self.scanned..]) else {
                 self.scanned = self.buf.len();
                 if self.past_threshold(true) {
                     return Err(SseError::Large);
@@ -154,11 +154,12 @@ impl SseDecoder {
                 return Ok(None);
             }
             let skip = if self.buf[end] == b'\r' && self.buf[end + 1] == b'\n' { 2 } else { 1 };
-            let line = self.buf.split_to(end);
-            self.buf.advance(skip);
+            // The line is read in place and then passed over: splitting it off would make the
+            // buffer shared, and each later `push` would then reclaim or reallocate it.
             self.scanned = 0;
-            self.idle_size += line.len() + skip;
-            if line.is_empty() {
+            self.idle_size += end + skip;
+            if end == 0 {
+                self.buf.advance(skip);
                 self.pending_size = 0;
                 if self.has_data {
                     self.has_data = false;
@@ -167,8 +168,9 @@ impl SseDecoder {
                 }
                 self.pending = SseEvent { id: self.pending.id.take(), ..Default::default() };
             } else {
-                self.pending_size += line.len();
-                self.field(&line);
+                self.pending_size += end;
+                field(&mut self.pending, &mut self.has_data, &self.buf[..end]);
+                self.buf.advance(end + skip);
                 // At a line end: what is left in `buf` is further lines, not this one.
                 if self.past_threshold(false) {
                     return Err(SseError::Large);
@@ -182,31 +184,32 @@ impl SseDecoder {
             }
         }
     }
+}
 
-    fn field(&mut self, line: &[u8]) {
-        if line[0] == b':' {
-            return; // comment / keep-alive
+/// Applies one non-empty line to the event being assembled.
+fn field(pending: &mut SseEvent, has_data: &mut bool, line: &[u8]) {
+    if line[0] == b':' {
+        return; // comment / keep-alive
+    }
+    let (name, value) = match memchr::memchr(b':', line) {
+        Some(i) => {
+            let v = &line[i + 1..];
+            (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
         }
-        let (name, value) = match line.iter().position(|b| *b == b':') {
-            Some(i) => {
-                let v = &line[i + 1..];
-                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+        None => (line, &b""[..]),
+    };
+    let value = String::from_utf8_lossy(value);
+    match name {
+        b"data" => {
+            if *has_data {
+                pending.data.push('\n');
             }
-            None => (line, &b""[..]),
-        };
-        let value = String::from_utf8_lossy(value);
-        match name {
-            b"data" => {
-                if self.has_data {
-                    self.pending.data.push('\n');
-                }
-                self.pending.data.push_str(&value);
-                self.has_data = true;
-            }
-            b"id" if !value.contains('\0') => self.pending.id = Some(value.into_owned()),
-            b"retry" => self.pending.retry = value.parse().ok(),
-            _ => {}
+            pending.data.push_str(&value);
+            *has_data = true;
         }
+        b"id" if !value.contains('\0') => pending.id = Some(value.into_owned()),
+        b"retry" => pending.retry = value.parse().ok(),
+        _ => {}
     }
 }
 

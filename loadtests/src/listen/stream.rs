@@ -77,7 +77,7 @@ pub(super) async fn listener(
         loop {
             match decoder.next_event() {
                 Ok(Some(event)) => {
-                    if !on_event(&event.data, &id, &shared) {
+                    if !on_event(&event.data, &id, &shared, i % SHARDS) {
                         drop(conn);
                         return;
                     }
@@ -94,8 +94,9 @@ pub(super) async fn listener(
     drop(conn);
 }
 
-/// Handles one event on an acknowledged stream; false when the stream is over.
-fn on_event(data: &str, id: &str, shared: &Shared) -> bool {
+/// Handles one event on an acknowledged stream, recording into `shard`; false when the
+/// stream is over.
+fn on_event(data: &str, id: &str, shared: &Shared, shard: usize) -> bool {
     match wire::stream_message(data) {
         Ok(StreamMessage::Updated { subscription, .. }) => {
             let now = shared.since_base();
@@ -108,11 +109,12 @@ fn on_event(data: &str, id: &str, shared: &Shared) -> bool {
                 return true;
             }
             shared.notifications.fetch_add(1, Ordering::Relaxed);
-            shared.latency.lock().expect("latency").record(now.saturating_sub(changed));
+            let mut recorded = shared.recorded[shard].lock().expect("recorded");
+            recorded.latency.record(now.saturating_sub(changed));
             let measure = shared.measure_ns.load(Ordering::Relaxed);
             if measure > 0 && now >= measure {
                 let slot = ((now - measure) / TICK.as_nanos() as u64) as usize;
-                let mut t = shared.timeline.lock().expect("timeline");
+                let t = &mut recorded.timeline;
                 if slot >= t.len() {
                     t.resize(slot + 1, 0);
                 }
