@@ -123,6 +123,30 @@ pub(crate) async fn settled_holder(ps: &[Proxy], upstream: &str) -> usize {
     .await
 }
 
+/// [`settled_holder`] for `up`, and then quiet enough for a fill to be shared: every replica
+/// sees Redis up, the holder opened its upstream listen (the only one open), and every
+/// follower has taken the holder's live filter from the bus.
+///
+/// A replica that saw Redis down (a call past `op_timeout`, such as one opening a first TLS
+/// connection to a node) skips the shared tier until its health probe sees Redis again. A
+/// holder that took the lease over from another replica (a handover at start) announces a
+/// resync once its listen is open, which moves the stream epoch and rightly refuses a fill
+/// that raced it; it announces it before that filter, so the resync is behind every replica
+/// then. Returns the holder's index.
+pub(crate) async fn settled_listen(ps: &[Proxy], up: &SampleHttp) -> usize {
+    let name = &up.sample.spec().name;
+    let h = settled_holder(ps, name).await;
+    let slot = |p: &Proxy| p.app.router().upstreams().iter().find(|u| u.name() == name).unwrap().slot() as usize;
+    eventually("Redis up everywhere, the holder's listen open, and its filter on every follower", || {
+        let up_everywhere = ps.iter().all(|p| cluster_state(p)["redis"] == "up");
+        let opened = ps[h].app.hub().upstream_listens_opened(slot(&ps[h])) > 0 && up.sample.listens_open() == 1;
+        let followed = (ps.iter().enumerate()).all(|(i, p)| i == h || p.app.hub().upstream_listening(slot(p)));
+        async move { (up_everywhere && opened && followed).then_some(()) }
+    })
+    .await;
+    h
+}
+
 /// A replica of `ups` in its own process sharing `at`, so that it can be SIGKILLed.
 pub(crate) async fn process_replica(ups: &[&SampleHttp], at: Shared<'_>) -> ServeProcess {
     let upstreams: String = (ups.iter())

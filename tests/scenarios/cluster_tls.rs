@@ -69,10 +69,13 @@ fn pem(path: &Path) -> Vec<u8> {
 async fn replicas_share_through(at: Shared<'_>) {
     let up = sample_http(SampleSpec::generated("docs", 5)).await;
     let ps = fleet(&[&up], at, 2).await;
-    // Both connected (their heartbeats went through): the first TLS connections to every node
-    // of a cluster can take longer than one `op_timeout` on a loaded machine, and a call that
-    // times out sends the replica solo for a moment.
-    let h = settled_holder(&ps, "docs").await;
+    // Both connected and Redis up on both: the first TLS connections to every node of a
+    // cluster can take longer than one `op_timeout` on a loaded machine, and a call that times
+    // out has the replica skip the shared tier until its health probe sees Redis again. And the
+    // holder's listen open and announced: the resync of a lease handed over at start, landing
+    // between the read through A and its fill, would rightly refuse that fill, and B would
+    // then fetch for itself.
+    let h = settled_listen(&ps, &up).await;
     // The status resource, so that what the upstream listen watches is that one URI.
     let status = up.sample.status_uri().to_owned();
     let first = ps[0].client.request("resources/read", read(&status)).await;
