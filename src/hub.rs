@@ -186,6 +186,13 @@ impl Hub {
         self.0.registry.lock().expect("registry").listeners.len()
     }
 
+    /// How many connections the registered listeners arrived on (those that told none count
+    /// as one): what the fan-out groups them by ([`Listener::conn`]).
+    pub fn listener_connections(&self) -> usize {
+        let reg = self.0.registry.lock().expect("registry");
+        reg.listeners.values().map(|l| l.conn).collect::<std::collections::HashSet<_>>().len()
+    }
+
     /// Upstream listens opened so far for upstream slot `slot` (since its upstream was
     /// installed there).
     pub fn upstream_listens_opened(&self, slot: usize) -> u64 {

@@ -171,49 +171,96 @@ async fn many_listeners_share_one_upstream_subscription_that_follows_the_union()
     .await;
 }
 
-/// An HTTP/2 front (a gateway multiplexing many listeners onto few connections) holds as many
-/// listen streams on one connection as `http2_max_concurrent_streams` allows: here more than
-/// hyper's default of 200, which would leave the 201st listen waiting for a free stream.
-#[tokio::test]
-async fn http2_listens_past_the_default_stream_limit_share_one_connection() {
-    use http_body_util::Full;
+/// A client's HTTP/2 connection (prior knowledge) to `p`.
+async fn h2_connection(p: &Proxy) -> hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>> {
     use hyper_util::rt::{TokioExecutor, TokioIo};
-    const LISTENS: usize = 250;
-    let (p, up) = proxy_with(|c| {
-        c.listen.http2 = true;
-        c.listen.http2_max_concurrent_streams = LISTENS as u32;
-    })
-    .await;
     let tcp = tokio::net::TcpStream::connect(p.app.local_addr()).await.expect("connect");
     // Without it, each request's DATA frame waits for the ACK of its HEADERS (Nagle).
     tcp.set_nodelay(true).expect("TCP_NODELAY");
     let (sender, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp)).await.expect("h2 handshake");
     tokio::spawn(conn);
-    let url = format!("http://{}/mcp", p.app.local_addr());
+    sender
+}
+
+/// A `subscriptions/listen` request with id `id` for `filter`, to `p`.
+pub(crate) fn listen_request(
+    p: &Proxy,
+    id: Value,
+    filter: &Value,
+) -> http::Request<http_body_util::Full<bytes::Bytes>> {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+                      "params": {"notifications": filter, "_meta": meta()}});
+    http::Request::post(format!("http://{}/mcp", p.app.local_addr()))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body.to_string())))
+        .unwrap()
+}
+
+/// Listen `i` on `docs://status`, as a stream of `sender`'s connection, acknowledged.
+async fn h2_listen(
+    p: &Proxy,
+    sender: &hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>>,
+    i: usize,
+) -> Listening {
+    let req = listen_request(p, json!(i), &json!({"resourceSubscriptions": ["docs://status"]}));
+    let resp = tokio::time::timeout(DEADLINE, sender.clone().send_request(req))
+        .await
+        .unwrap_or_else(|_| panic!("listen {i} got no stream in time"))
+        .expect("h2 exchange");
+    assert_eq!(resp.status(), 200, "listen {i}");
+    let mut l = Listening::from_response(resp);
+    assert_eq!(sub_id(&l.next().await), i, "listen {i} acknowledged");
+    l
+}
+
+/// An HTTP/2 front (a gateway multiplexing many listeners onto few connections) holds as many
+/// listen streams on one connection as `http2_max_concurrent_streams` allows: here more than
+/// hyper's default of 200, which would leave the 201st listen waiting for a free stream.
+#[tokio::test]
+async fn http2_listens_past_the_default_stream_limit_share_one_connection() {
+    const LISTENS: usize = 250;
+    let (p, up) = proxy_with(|c| {
+        c.listen.http2 = true;
+        c.listen.http2_max_concurrent_streams = LISTENS as u32;
+    })
+    .await;
+    let sender = h2_connection(&p).await;
     let mut streams = Vec::new();
     for i in 0..LISTENS {
-        let body = json!({"jsonrpc": "2.0", "id": i, "method": "subscriptions/listen",
-                          "params": {"notifications": {"resourceSubscriptions": ["docs://status"]}, "_meta": meta()}});
-        let req = http::Request::post(&url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "subscriptions/listen")
-            .body(Full::new(bytes::Bytes::from(body.to_string())))
-            .unwrap();
-        let resp = tokio::time::timeout(DEADLINE, sender.clone().send_request(req))
-            .await
-            .unwrap_or_else(|_| panic!("listen {i} got no stream in time"))
-            .expect("h2 exchange");
-        assert_eq!(resp.status(), 200, "listen {i}");
-        let mut l = Listening::from_response(resp);
-        assert_eq!(sub_id(&l.next().await), i, "listen {i} acknowledged");
-        streams.push(l);
+        streams.push(h2_listen(&p, &sender, i).await);
     }
+    assert_eq!(p.app.hub().listener_connections(), 1, "the streams of one connection share its key");
     upstream_listens(&up, vec![vec!["docs://status"]]).await;
     up.sample.bump();
     for (i, l) in streams.iter_mut().enumerate() {
+        let m = l.next_method("notifications/resources/updated").await;
+        assert_eq!(sub_id(&m), i, "listen {i} notified");
+    }
+}
+
+/// The hub groups a topic's listeners by the connection they arrived on, so that an HTTP/2
+/// connection writes its streams' frames together: streams of one connection share its key,
+/// and another connection, over HTTP/2 or HTTP/1.1, has its own.
+#[tokio::test]
+async fn listens_are_told_apart_by_the_connection_they_arrived_on() {
+    let (p, up) = proxy_with(|c| c.listen.http2 = true).await;
+    let (a, b) = (h2_connection(&p).await, h2_connection(&p).await);
+    let mut streams = Vec::new();
+    for i in 0..6 {
+        // Joining interleaved, as their clients' listens come.
+        streams.push(h2_listen(&p, if i % 2 == 0 { &a } else { &b }, i).await);
+    }
+    let mut own = p.client.listen(json!(6), json!({"resourceSubscriptions": ["docs://status"]})).await.unwrap();
+    own.next().await;
+    assert_eq!(p.app.hub().listener_count(), 7);
+    assert_eq!(p.app.hub().listener_connections(), 3, "two HTTP/2 connections and one HTTP/1.1");
+    upstream_listens(&up, vec![vec!["docs://status"]]).await;
+    up.sample.bump();
+    for (i, l) in streams.iter_mut().chain([&mut own]).enumerate() {
         let m = l.next_method("notifications/resources/updated").await;
         assert_eq!(sub_id(&m), i, "listen {i} notified");
     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::listen::{proxy_with, sub_id};
+use crate::listen::{listen_request, proxy_with, sub_id};
 use crate::support::*;
 use resmux::sample::SampleHttp;
 
@@ -16,16 +16,7 @@ async fn stalled_listen(p: &Proxy, id: &str, filter: &Value) -> hyper::Response<
     let stream = socket.connect(p.app.local_addr()).await.unwrap();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
     tokio::spawn(conn);
-    let body = json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
-                      "params": {"notifications": filter, "_meta": meta()}});
-    let req = http::Request::post(format!("http://{}/mcp", p.app.local_addr()))
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "subscriptions/listen")
-        .body(http_body_util::Full::new(bytes::Bytes::from(body.to_string())))
-        .unwrap();
-    let resp = sender.send_request(req).await.unwrap();
+    let resp = sender.send_request(listen_request(p, json!(id), filter)).await.unwrap();
     assert_eq!(resp.status(), 200);
     resp
 }

@@ -8,12 +8,17 @@ fn about(got: Duration, want: Duration) {
     assert!(got >= want && got <= want + Duration::from_millis(2), "{got:?} != {want:?}");
 }
 
+/// `w` expires as `kind`, `after` from now.
+async fn expires(w: &Arc<ConnTimer>, kind: Expired, after: Duration) {
+    let start = Instant::now();
+    assert_eq!(w.expired().await, kind);
+    about(start.elapsed(), after);
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_untouched_connection_expires_idle() {
     let w = ConnTimer::new(HEAD, IDLE);
-    let start = Instant::now();
-    assert_eq!(w.expired().await, Expired::Idle);
-    about(start.elapsed(), IDLE);
+    expires(&w, Expired::Idle, IDLE).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -21,9 +26,7 @@ async fn a_started_head_gets_header_timeout_from_its_first_byte() {
     let w = ConnTimer::new(HEAD, IDLE);
     tokio::time::advance(Duration::from_secs(5)).await;
     w.read();
-    let start = Instant::now();
-    assert_eq!(w.expired().await, Expired::Header);
-    about(start.elapsed(), HEAD);
+    expires(&w, Expired::Header, HEAD).await;
 }
 
 #[tokio::test(start_paused = true)]
